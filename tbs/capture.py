@@ -13,14 +13,16 @@ graph that placement needs.
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from tbs.backend import keras as _keras
 from tbs.categories import categorize
-from tbs.tfenv import keras as _keras
-from tbs.tfenv import tensorflow as _tensorflow
+from tbs.tensors import (dtype_name, flatten, fresh_if_passed_through, is_host_strings, iter_tensors,
+                         tensor_bytes, tensor_shape)
 
 
 @dataclass
@@ -64,41 +66,6 @@ class Capture:
     calls: list[LayerCall]
     edges: list[Edge]
     outputs: Any
-
-
-def iter_tensors(structure: Any) -> list[Any]:
-    """The tensors in a nested structure (Python settings such as training=False left out)."""
-    tf = _tensorflow()
-    return [x for x in tf.nest.flatten(structure) if is_tensor(x)]
-
-
-def is_tensor(x: Any) -> bool:
-    """A value that is data (dense, ragged, sparse or a variable), not a Python setting."""
-    tf = _tensorflow()
-    return isinstance(x, (tf.Tensor, tf.RaggedTensor, tf.SparseTensor, tf.Variable))
-
-
-def tensor_shape(x: Any) -> list[int | None]:
-    shape = getattr(x, "shape", None)
-    if shape is None:
-        return []
-    return [None if d is None else int(d) for d in shape]
-
-
-def tensor_bytes(x: Any) -> int:
-    """Bytes a tensor occupies (string tensors: their characters)."""
-    tf = _tensorflow()
-    if isinstance(x, tf.RaggedTensor):
-        return tensor_bytes(x.flat_values) + tensor_bytes(x.row_splits)
-    if isinstance(x, tf.SparseTensor):
-        return tensor_bytes(x.values) + tensor_bytes(x.indices)
-    if x.dtype == tf.string:
-        return int(tf.reduce_sum(tf.strings.length(x)).numpy())
-    return int(np.prod(tensor_shape(x) or [1], dtype=np.int64)) * x.dtype.size
-
-
-def _dtype_name(x: Any) -> str:
-    return getattr(getattr(x, "dtype", None), "name", str(getattr(x, "dtype", "")))
 
 
 class _OpDeviceRecorder:
@@ -157,10 +124,10 @@ class _Recorder:
         """Who made tensor x: exact identity, else an enclosing model input, else the last call."""
         if id(x) in self.producers:
             return self.producers[id(x)], False
-        shape, dtype = tensor_shape(x), _dtype_name(x)
+        shape, dtype = tensor_shape(x), dtype_name(x)
         for inputs in reversed(self.model_inputs):
             for candidate in inputs:
-                if tensor_shape(candidate) == shape and _dtype_name(candidate) == dtype:
+                if tensor_shape(candidate) == shape and dtype_name(candidate) == dtype:
                     return self.producers.get(id(candidate), "input:?"), True
         if self.calls:
             return self.calls[-1].name, True
@@ -177,7 +144,7 @@ class _Recorder:
             if (src, id(x)) in seen:
                 continue
             seen.add((src, id(x)))
-            self.edges.append(Edge(src, name, tensor_shape(x), _dtype_name(x), tensor_bytes(x), inferred))
+            self.edges.append(Edge(src, name, tensor_shape(x), dtype_name(x), tensor_bytes(x), inferred))
         for x in flat_out:
             self.producers[id(x)] = name
         self.keep_alive.extend(flat_in + flat_out)
@@ -232,41 +199,45 @@ class _Recorder:
                 if callbacks is not None:
                     callbacks.remove_op_callback(devices)
                 recorder.leaf_depth -= 1
-            outputs = _fresh_if_passed_through(outputs, iter_tensors((args, kwargs)))
+            outputs = fresh_if_passed_through(outputs, iter_tensors((args, kwargs)))
             recorder.record(op, args, kwargs, outputs, seconds, devices.devices)
             return outputs
 
         return hooked
 
 
-def _fresh_if_passed_through(outputs: Any, inputs: list[Any]) -> Any:
-    """An output that *is* an input (Dropout or RandomFlip in inference) gets a new handle.
-
-    Tensors are told apart by identity; without this, the pass-through layer would
-    take over its input's producer and the graph would lose an edge. ``tf.identity``
-    on the host shares the buffer, so nothing is copied.
-    """
-    tf = _tensorflow()
-    seen = {id(x) for x in inputs}
-
-    def fresh(x: Any) -> Any:
-        if isinstance(x, tf.Tensor) and id(x) in seen:
-            y = tf.identity(x)
-            mask = getattr(x, "_keras_mask", None)
-            if mask is not None:
-                y._keras_mask = mask
-            return y
-        return x
-
-    return tf.nest.map_structure(fresh, outputs)
-
-
 def input_names(model: Any) -> list[str]:
     inputs = getattr(model, "_inputs_struct", None) if hasattr(model, "_inputs_struct") else None
     if inputs is None:
         return ["input"]
-    tf = _tensorflow()
-    return [getattr(x, "name", f"input_{i}") for i, x in enumerate(tf.nest.flatten(inputs))]
+    return [getattr(x, "name", f"input_{i}") for i, x in enumerate(flatten(inputs))]
+
+
+@contextmanager
+def _host_strings_accepted() -> Iterator[None]:
+    """Let a Functional model take NumPy string inputs on a backend without strings (JAX).
+
+    Keras converts every model input to its declared dtype first, which fails for
+    ``string`` on JAX although the string layers themselves (TextVectorization,
+    which runs TensorFlow ops) accept NumPy strings. For the eager capture only,
+    string inputs skip that conversion; the rest convert as Keras would.
+    """
+    from keras.src.models.functional import Functional
+
+    keras = _keras()
+    original = Functional._convert_inputs_to_tensors
+
+    def convert(self: Any, flat_inputs: list[Any]) -> list[Any]:
+        if not any(is_host_strings(x) for x in flat_inputs):
+            return original(self, flat_inputs)
+        return [x if x is None or is_host_strings(x) else keras.ops.convert_to_tensor(x, dtype=spec.dtype)
+                for x, spec in zip(flat_inputs, self._inputs)]
+
+    Functional._convert_inputs_to_tensors = convert
+    try:
+        yield
+    finally:
+        Functional._convert_inputs_to_tensors = original
 
 
 def capture(model: Any, inputs: Any, training: bool, record_devices: bool = False) -> Capture:
@@ -277,19 +248,21 @@ def capture(model: Any, inputs: Any, training: bool, record_devices: bool = Fals
     """
     from keras.src.ops.operation import Operation
 
-    tf = _tensorflow()
-    inputs = tf.nest.map_structure(lambda x: tf.convert_to_tensor(x) if isinstance(x, np.ndarray) else x, inputs)
+    keras = _keras()
+    inputs = keras.tree.map_structure(
+        lambda x: keras.ops.convert_to_tensor(x) if isinstance(x, np.ndarray) and not is_host_strings(x) else x, inputs)
     recorder = _Recorder(model, record_devices)
     recorder.register_inputs(inputs, input_names(model))
     original = Operation.__call__
     Operation.__call__ = recorder.hook(original)
     try:
-        outputs = model(inputs, training=training)
+        with _host_strings_accepted() if keras.backend.backend() == "jax" else nullcontext():
+            outputs = model(inputs, training=training)
     finally:
         Operation.__call__ = original
     for x in iter_tensors(outputs):
         src, inferred = recorder.producer_of(x)
-        recorder.edges.append(Edge(src, "output", tensor_shape(x), _dtype_name(x), tensor_bytes(x), inferred))
+        recorder.edges.append(Edge(src, "output", tensor_shape(x), dtype_name(x), tensor_bytes(x), inferred))
     return Capture(calls=recorder.calls, edges=recorder.edges, outputs=outputs)
 
 

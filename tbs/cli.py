@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from tbs.cost import parse_prices, parse_spot
+from tbs.backend import BACKENDS
 from tbs.devices import parse_device_tokens
 from tbs.errors import TbsError
 
@@ -119,7 +120,10 @@ def cli() -> None:
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Profile directory. Default: profiles/<model file name>.")
 @click.option("--resume", is_flag=True, help="Finish an interrupted profile, measuring only missing cells.")
-@click.option("--xla", is_flag=True, help="Compile with XLA (jit_compile=True) instead of TensorFlow graphs.")
+@click.option("--backend", type=click.Choice(BACKENDS), default="tensorflow", show_default=True,
+              help="Keras backend that runs the model (jax: pip install 'tbs[jax]').")
+@click.option("--xla", is_flag=True, help="TensorFlow: compile with XLA (jit_compile=True) instead of graphs. "
+                                          "JAX always compiles with XLA.")
 @click.option("--min-samples", type=click.IntRange(min=3), default=10, show_default=True,
               help="Least timed samples per cell.")
 @click.option("--target-ci", type=click.FloatRange(min=0.001, max=1.0), default=0.05, show_default=True,
@@ -182,16 +186,29 @@ def recommend(**options: Any) -> None:
 
 
 @cli.command()
-def devices() -> None:
-    """List the devices tbs can profile on, and why any kind is missing."""
-    from tbs.tf_device import discover
+@click.option("--backend", "backends", type=click.Choice(BACKENDS), multiple=True,
+              help="Only this backend (repeatable). Default: every backend.")
+def devices(backends: tuple[str, ...]) -> None:
+    """List each backend's devices, and why a backend or device kind is unavailable."""
+    from tbs.backend import installed, jax_environment
+    from tbs.devices import discover
 
-    found = discover()
-    for device in found.devices:
-        memory = f", {device.memory_bytes / 2**30:.1f} GiB" if device.memory_bytes else ""
-        click.echo(f"{device.name:8} {device.kind:4} {device.description}{memory}  [{device.backend}]")
-    for kind, reason in found.missing.items():
-        click.echo(f"{kind:8} -    {reason}")
+    jax_environment()
+    for name in backends or BACKENDS:
+        click.echo(f"{name}:")
+        missing = installed(name)
+        try:
+            found = None if missing else discover(name)
+        except Exception as exc:  # a broken install is a reason, not a crash
+            missing = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        if found is None:
+            click.echo(f"  unavailable: {missing}")
+            continue
+        for device in found.devices:
+            memory = f", {device.memory_bytes / 2**30:.1f} GiB" if device.memory_bytes else ""
+            click.echo(f"  {device.name:8} {device.kind:4} {device.description}{memory}")
+        for kind, reason in found.missing.items():
+            click.echo(f"  {kind:8} -    {reason}")
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ import re
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from tbs.errors import DeviceError, TbsError
 
@@ -36,12 +36,33 @@ class Device(ABC):
         """Copy every array/tensor in ``structure`` onto this device."""
 
     @abstractmethod
-    def compile_blocked(self, call: Callable[..., Any], tensors: list[Any], jit: bool) -> Callable[[int], None]:
-        """A compiled runner: ``runner(n)`` calls ``call(*tensors)`` n times on the device and waits for it."""
+    def compile_blocked(self, call: Callable[..., Any], tensors: list[Any], jit: bool,
+                        variables: Sequence[Any] = ()) -> Callable[[int], None]:
+        """A compiled runner: ``runner(n)`` calls ``call(*tensors)`` n times on the device and waits for it.
+
+        ``variables`` are the Keras variables ``call`` reads: a backend that compiles
+        pure functions (JAX) passes their values in as arguments.
+        """
 
     @abstractmethod
     def sync(self) -> None:
         """Wait until all work queued on this device has finished."""
+
+    @abstractmethod
+    def run_placed(self, call: Any, args: tuple, kwargs: dict) -> Any:
+        """Run one recorded layer call here, inside a replayed forward pass (verifying a placement)."""
+
+    @abstractmethod
+    def replay_runner(self, replay: Callable[..., Any], tensors: list[Any]) -> Callable[[int], None]:
+        """``runner(n)``: run a replayed forward pass n times, one after another, and wait for it."""
+
+    @abstractmethod
+    def ran_here(self, call: Any) -> bool:
+        """Whether the call's work, as captured on this device, really stayed on it."""
+
+    def unsupported_reason(self, tensors: Sequence[Any]) -> str | None:
+        """Why a call reading or writing these tensors cannot run on this device (None: it can)."""
+        return None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -59,6 +80,15 @@ class Discovery:
 
     devices: list[Device]
     missing: dict[str, str] = field(default_factory=dict)
+
+
+def discover(backend: str) -> Discovery:
+    """The devices one Keras backend can use here."""
+    if backend == "jax":
+        from tbs.jax_device import discover as found
+    else:
+        from tbs.tf_device import discover as found
+    return found()
 
 
 def parse_device_tokens(text: str) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from tbs.errors import InputDataError
-from tbs.tfenv import keras as _keras
+from tbs.backend import keras as _keras
 
 _FALLBACK_WORDS = (
     "the movie was a great and moving story with fine acting but the plot felt slow "
@@ -323,6 +323,4 @@ def structure_inputs(model: Any, arrays: list[Any], specs: list[InputSpec] | Non
         return {s.name: a for s, a in zip(specs, arrays)}
     if struct is None or len(arrays) == 1 and not isinstance(struct, (dict, list, tuple)):
         return arrays[0] if len(arrays) == 1 else list(arrays)
-    import tensorflow as tf
-
-    return tf.nest.pack_sequence_as(struct, list(arrays))
+    return _keras().tree.pack_sequence_as(struct, list(arrays))

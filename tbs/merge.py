@@ -1,7 +1,9 @@
 """Merge profiles of one model measured on different machines, and re-price them.
 
-Devices stay distinct by host: when profiles come from more than one host, a
-device is named ``host/device`` everywhere (``gpubox/gpu:0``).
+Devices stay distinct by host and backend: when profiles come from more than one
+host, a device is named ``host/device`` everywhere (``gpubox/gpu:0``); when they
+come from more than one Keras backend, the backend follows (``cpu:0 (tf)``,
+``gpu:0 (jax)``), so one model's layers compare side by side across backends.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Mapping
 
 import pandas as pd
 
+from tbs.backend import short
 from tbs.cost import SECONDS_PER_HOUR
 from tbs.errors import ProfileError
 from tbs.profile import Profile
@@ -22,6 +25,20 @@ def _signature(profile: Profile) -> list[tuple]:
 
 def _host(profile: Profile) -> str:
     return str(profile.metadata.get("host", {}).get("hostname", "host"))
+
+
+def _backend(profile: Profile) -> str:
+    return str(profile.metadata.get("backend") or "tensorflow")
+
+
+def device_names(label: str) -> list[str]:
+    """A merged device label and the names it may be priced by: 'box/gpu:0 (jax)' -> that, 'gpu:0 (jax)', 'gpu:0'."""
+    names = [label]
+    base = label.rsplit(" (", 1)[0] if label.endswith(")") else label
+    for name in (label.split("/")[-1], base, base.split("/")[-1]):
+        if name not in names:
+            names.append(name)
+    return names
 
 
 def merge_profiles(profiles: list[Profile]) -> Profile:
@@ -40,7 +57,12 @@ def merge_profiles(profiles: list[Profile]) -> Profile:
     if len(profiles) == 1:
         return first
     hosts = {_host(p) for p in profiles}
-    label = (lambda p, d: f"{_host(p)}/{d}") if len(hosts) > 1 else (lambda p, d: d)
+    backends = {_backend(p) for p in profiles}
+
+    def label(p: Profile, device: str) -> str:
+        name = f"{_host(p)}/{device}" if len(hosts) > 1 else device
+        return f"{name} ({short(_backend(p))})" if len(backends) > 1 else name
+
     frames: dict[str, list[pd.DataFrame]] = {"summary": [], "model": [], "samples": []}
     devices, missing, environments = [], {}, []
     for p in profiles:
@@ -51,7 +73,7 @@ def merge_profiles(profiles: list[Profile]) -> Profile:
             frames[name].append(frame)
         devices += [dict(d, name=label(p, d["name"]), host=_host(p)) for d in p.metadata.get("devices", [])]
         for kind, reason in p.metadata.get("devices_missing", {}).items():
-            missing[f"{_host(p)}: {kind}" if len(hosts) > 1 else kind] = reason
+            missing[label(p, kind)] = reason
         environments.append({k: p.metadata.get(k) for k in ("host", "versions", "settings", "command", "started",
                                                               "backend", "status")})
     metadata = dict(first.metadata, devices=devices, devices_missing=missing, environments=environments,
@@ -70,8 +92,7 @@ def reprice(profile: Profile, usd_per_hour: Mapping[str, float], spot: Mapping[s
     spot = spot or {}
 
     def lookup(table: Mapping[str, float], device: str, kind: str) -> float | None:
-        short = device.split("/")[-1]
-        for key in (device, short, kind):
+        for key in device_names(device) + [kind]:
             if key in table:
                 return table[key]
         return None

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager
 
 from tbs.errors import ModelLoadError, TbsError
-from tbs.tfenv import keras as _keras
+from tbs.backend import keras as _keras
 
 PICKLE_SUFFIXES = (".pkl", ".pickle")
 KERAS_SUFFIXES = (".keras",)

@@ -41,7 +41,7 @@ SAMPLE_COLUMNS = [
     "harness_call_s", "harness_iteration_s", "seconds_per_call", "host",
 ]
 MODEL_LAYER = "(model)"  # the layer column of whole-model samples
-STATUSES = ("ok", "noisy", "oom", "error", "cpu-fallback")
+STATUSES = ("ok", "noisy", "oom", "error", "cpu-fallback", "unsupported")
 
 
 # Settings that change what a number means: a resumed profile must match them.

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tbs.capture import Capture, LayerCall, capture, is_tensor, iter_tensors, tensor_bytes
+from tbs.capture import Capture, LayerCall, capture
 from tbs.cost import price_for
 from tbs.errors import TbsError
 from tbs import rows, transfers
@@ -24,7 +24,7 @@ from tbs.devices import Device
 from tbs.inputs import InputSpec, batch_arrays, structure_inputs
 from tbs.model import LoadedModel
 from tbs.profile import MODEL_LAYER, ProfileStore, cell_key
-from tbs.tfenv import tensorflow as _tensorflow
+from tbs.tensors import iter_tensors, replace_tensors, tensor_bytes
 from tbs.timing import Interleaved, Interrupted, Measurement, Runner, Timer, TimingConfig
 
 SINGLE_CALLS = 5
@@ -119,31 +119,27 @@ class Profiler:
     def _harness(self, device: Device) -> Runner:
         """An empty compiled loop on the device: what the timing harness itself costs."""
         if device.name not in self.harnesses:
-            tf = _tensorflow()
-            with device.scope():
-                scalar = tf.constant(1.0)
+            scalar = device.place(np.ones((), np.float32))
             self.harnesses[device.name] = device.compile_blocked(lambda x: x, [scalar], self.request.jit)
         return self.harnesses[device.name]
 
     def _layer_runner(self, call: LayerCall, device: Device) -> Runner:
-        tf = _tensorflow()
         args, kwargs = call.args, call.kwargs
 
         def invoke(*flat: Any) -> Any:
-            it = iter(flat)
-            rebuilt = tf.nest.map_structure(lambda x: next(it) if is_tensor(x) else x, (args, kwargs))
+            rebuilt = replace_tensors((args, kwargs), list(flat))
             return call.invoke(*rebuilt[0], **rebuilt[1])
 
-        return device.compile_blocked(invoke, list(iter_tensors((args, kwargs))), self.request.jit)
+        return device.compile_blocked(invoke, iter_tensors((args, kwargs)), self.request.jit,
+                                      getattr(call.op, "variables", ()))
 
     def _model_runner(self, model: Any, inputs: Any, device: Device) -> Runner:
-        tf = _tensorflow()
         training = self.request.training
 
         def forward(*tensors: Any) -> Any:
-            return model(tf.nest.pack_sequence_as(inputs, list(tensors)), training=training)
+            return model(replace_tensors(inputs, list(tensors)), training=training)
 
-        return device.compile_blocked(forward, list(iter_tensors(inputs)), self.request.jit)
+        return device.compile_blocked(forward, iter_tensors(inputs), self.request.jit, model.variables)
 
     def _time_copy(self, device: Device, host_inputs: Any) -> float:
         times = []
@@ -163,7 +159,9 @@ class Profiler:
         inputs = device.place(host_inputs)
         input_bytes = sum(tensor_bytes(x) for x in iter_tensors(inputs))
         with device.scope():
-            captured = capture(model, inputs, r.training, record_devices=device.kind != "cpu")
+            # Only TensorFlow falls back to the host silently; JAX fails instead.
+            captured = capture(model, inputs, r.training,
+                               record_devices=device.kind != "cpu" and device.backend == "tensorflow")
         return captured, inputs, copy_seconds, input_bytes
 
     def _record_structure(self, captured: Capture, batch: int) -> None:
@@ -291,16 +289,23 @@ class Profiler:
                                   lambda m, base=base: rows.model_row(base, m, copy_seconds, input_bytes, self.request.config.confidence))
         self.eta.begin_group(pending)
         model = r.model_on(device)
+        calls = {c.name: c for c in cap.calls}
         for key, (label, base, _) in list(pending.items()):
             if self.should_stop():
                 raise Interrupted()
+            data = (inputs, cap.outputs) if key == model_key else (calls[key[1]].args, calls[key[1]].kwargs,
+                                                                    calls[key[1]].outputs)
+            unsupported = device.unsupported_reason(iter_tensors(data))
+            if unsupported:  # recorded, not dropped: the report says why this cell has no time
+                self._save(key, dict(base, status="unsupported", reason=unsupported), [], label)
+                del pending[key]
+                continue
             self.progress.describe(f"warming up {label}")
             try:
                 if key == model_key:
                     sampler.add(key, self._model_runner(model, inputs, device), single_calls=SINGLE_CALLS)
                 else:
-                    call = next(c for c in cap.calls if c.name == key[1])
-                    sampler.add(key, self._layer_runner(call, device))
+                    sampler.add(key, self._layer_runner(calls[key[1]], device))
             except Interrupted:
                 raise
             except Exception as exc:  # a failing layer is recorded and the run goes on

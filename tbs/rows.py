@@ -9,7 +9,6 @@ import numpy as np
 from tbs.capture import LayerCall
 from tbs.cost import cost_per_sample_usd
 from tbs.devices import Device
-from tbs.tfenv import tensorflow as _tensorflow
 from tbs.timing import Measurement
 
 NOISY_REASON = "CI of the median stayed wider than the target within the cell budget"
@@ -21,8 +20,10 @@ def reason(exc: BaseException) -> str:
 
 
 def is_oom(exc: BaseException) -> bool:
-    tf = _tensorflow()
-    return isinstance(exc, (tf.errors.ResourceExhaustedError, MemoryError)) or "out of memory" in str(exc).lower()
+    """Out of memory on any backend: TensorFlow's ResourceExhaustedError, XLA's RESOURCE_EXHAUSTED."""
+    text = str(exc)
+    return (isinstance(exc, MemoryError) or type(exc).__name__ == "ResourceExhaustedError"
+            or "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower())
 
 
 def fallback_ops(call: LayerCall, device: Device) -> list[str]:

@@ -11,36 +11,18 @@ activations back to the host.
 from __future__ import annotations
 
 import os
-import platform
 import shutil
 import threading
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from tbs.devices import Device, Discovery
+from tbs.sysinfo import cpu_model, total_memory_bytes
 from tbs.tfenv import native_stderr_captured
 from tbs.tfenv import tensorflow as _tensorflow
 
 TPU_DISCOVERY_TIMEOUT_S = 10.0
-
-
-def cpu_model() -> str:
-    """The CPU's marketing name, from /proc/cpuinfo (or platform on other systems)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _total_memory_bytes() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def _consume(structure: Any) -> Any:
@@ -93,7 +75,9 @@ class TFDevice(Device):
 
         return tf.nest.map_structure(copy, structure)
 
-    def compile_blocked(self, call: Callable[..., Any], tensors: list[Any], jit: bool) -> Callable[[int], None]:
+    def compile_blocked(self, call: Callable[..., Any], tensors: list[Any], jit: bool,
+                        variables: Sequence[Any] = ()) -> Callable[[int], None]:
+        """``variables`` are read inside the loop as the resource variables they are."""
         tf = _tensorflow()
         device_name = self.tf_name
         # With XLA, the call is its own XLA computation launched every iteration; compiling
@@ -117,6 +101,20 @@ class TFDevice(Device):
             result.numpy()  # a 4-byte scalar: waits for the device without copying activations
 
         return runner
+
+    def run_placed(self, call: Any, args: tuple, kwargs: dict) -> Any:
+        with _tensorflow().device(self.tf_name):
+            return call.invoke(*args, **kwargs)
+
+    def replay_runner(self, replay: Callable[..., Any], tensors: list[Any]) -> Callable[[int], None]:
+        # One graph: tf.device scopes inside it put each call where it was placed.
+        return self.compile_blocked(replay, tensors, False)
+
+    def ran_here(self, call: Any) -> bool:
+        """Every op of the call (seen in the eager capture here) produced its output on this device."""
+        want = self.tf_name.upper().split("DEVICE:")[-1]  # e.g. CPU:1
+        seen = [d.upper() for devices in call.op_devices.values() for d in devices if d]
+        return all(d.endswith(want) for d in seen)
 
     def sync(self) -> None:
         if self.kind != "cpu":
@@ -201,7 +199,7 @@ def _discover(tf: Any, tpu_timeout_s: float) -> Discovery:
     cpu_name = cpu_model()
     cores = os.cpu_count() or 0
     for i, logical in enumerate(tf.config.list_logical_devices("CPU")):
-        devices.append(TFDevice("cpu", i, logical.name, f"{cpu_name} ({cores} cores)", _total_memory_bytes()))
+        devices.append(TFDevice("cpu", i, logical.name, f"{cpu_name} ({cores} cores)", total_memory_bytes()))
     gpus = tf.config.list_logical_devices("GPU")
     physical = tf.config.list_physical_devices("GPU")
     for i, logical in enumerate(gpus):

@@ -1,4 +1,4 @@
-"""Import TensorFlow and Keras quietly, once, with the TensorFlow backend.
+"""Import TensorFlow quietly, once (Keras itself is imported by ``tbs.backend``).
 
 TensorFlow prints C++ log lines at import; a user's terminal should show only
 tbs's own output and one-line errors. Imports are lazy so that argument errors
@@ -65,11 +65,3 @@ def tensorflow() -> ModuleType:
     except ImportError:  # absl ships with TensorFlow; tolerate its absence
         pass
     return tf
-
-
-def keras() -> ModuleType:
-    """The keras (3.x) module, after TensorFlow."""
-    tensorflow()
-    import keras
-
-    return keras

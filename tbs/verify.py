@@ -3,7 +3,10 @@
 The split model is the recorded forward pass replayed: every leaf call, in
 order, runs inside its chosen device's scope, on that device's own copy of the
 model (weights live where they run), and each tensor flows from the call that
-produced it — so TensorFlow moves exactly the activations that cross devices.
+produced it — so only the activations that cross devices move. On TensorFlow the
+replay is one graph with a device scope per call; on JAX each call is compiled
+for its device and the replay copies inputs between them (one jit cannot span
+devices).
 Single-device placements are replayed the same way from the same host inputs,
 and all runners are sampled in interleaved rounds with the profiler's statistics.
 """
@@ -14,10 +17,12 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from tbs.capture import Capture, LayerCall, is_tensor, iter_tensors
+import numpy as np
+
+from tbs.capture import Capture, LayerCall
 from tbs.devices import Device
 from tbs.stats import Summary
-from tbs.tfenv import tensorflow as _tensorflow
+from tbs.tensors import iter_tensors, replace_tensors
 from tbs.timing import Interleaved, Measurement, Timer, TimingConfig
 
 Source = tuple[str, int]  # (call name or "input", flat index)
@@ -38,23 +43,16 @@ def dataflow(capture: Capture, model_inputs: Any) -> tuple[list[list[Source | No
 def replay_fn(placement: dict[str, str], calls_on: dict[str, dict[str, LayerCall]], devices: dict[str, Device],
               plan: list[list[Source | None]], outputs: list[Source], order: list[str]) -> Callable[..., Any]:
     """A function of the model's flat inputs that runs every call on its placed device."""
-    tf = _tensorflow()
 
     def replay(*model_inputs: Any) -> Any:
         values: dict[Source, Any] = {("input", i): x for i, x in enumerate(model_inputs)}
         for name, sources in zip(order, plan):
             device = placement[name]
             call = calls_on[device][name]
-            feed = iter(sources)
-
-            def pick(x: Any) -> Any:
-                source = next(feed)
-                return x if source is None else values[source]
-
-            with tf.device(devices[device].tf_name):
-                args, kwargs = tf.nest.map_structure(lambda x: pick(x) if is_tensor(x) else x,
-                                                     (call.args, call.kwargs))
-                out = call.invoke(*args, **kwargs)
+            fed = [x if source is None else values[source]
+                   for x, source in zip(iter_tensors((call.args, call.kwargs)), sources)]
+            args, kwargs = replace_tensors((call.args, call.kwargs), fed)
+            out = devices[device].run_placed(call, args, kwargs)
             for i, tensor in enumerate(iter_tensors(out)):
                 values[(name, i)] = tensor
         return [values[source] for source in outputs]
@@ -83,9 +81,9 @@ def run(candidates: list[tuple[str, dict[str, str], float]], captures: dict[str,
     calls_on = {d: {c.name: c for c in cap.calls} for d, cap in captures.items()}
     flat = list(iter_tensors(model_inputs))
     timer = Timer(config)
-    sampler = Interleaved(timer, host.compile_blocked(lambda x: x, [_tensorflow().constant(1.0)], False))
+    sampler = Interleaved(timer, host.compile_blocked(lambda x: x, [host.place(np.ones((), np.float32))], False))
     for name, placement, _ in candidates:
-        sampler.add(name, host.compile_blocked(replay_fn(placement, calls_on, devices, plan, outputs, order), flat, False))
+        sampler.add(name, host.replay_runner(replay_fn(placement, calls_on, devices, plan, outputs, order), flat))
     done: dict[Any, Measurement] = {}
     sampler.run(on_done=done.__setitem__)
     return [Verified(name, placement, predicted, done[name].summary(), done[name].status)

@@ -15,7 +15,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tbs.tfenv import keras as _keras  # noqa: E402
+from tbs.backend import keras as _keras  # noqa: E402
 
 keras = _keras()
 layers = keras.layers

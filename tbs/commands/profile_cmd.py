@@ -84,23 +84,25 @@ def run_profile(**options: Any) -> None:
 
 def _run(model_path: Path, batch_sizes: list[int], device_tokens: list[str] | None,
          prices: dict[str, float] | None, training: bool, input_path: Path | None,
-         custom_files: tuple[Path, ...], out_dir: Path | None, resume: bool, xla: bool,
+         custom_files: tuple[Path, ...], out_dir: Path | None, resume: bool, backend: str, xla: bool,
          min_samples: int, target_ci: float, max_cell_seconds: float, min_block_ms: float,
          min_span_seconds: float, seed: int) -> None:
+    from tbs.backend import choose
+
+    choose(backend)  # before anything imports Keras
     warn = lambda message: click.echo(f"Warning: {message}", err=True)  # noqa: E731
-    _status(f"tbs: loading TensorFlow and {model_path} ...")
+    _status(f"tbs: loading {backend} and {model_path} ...")
 
     from tbs import sysinfo
-    from tbs.devices import select
+    from tbs.devices import discover, select
     from tbs.inputs import input_specs, load_user_input
     from tbs.model import import_custom_objects, load_model
     from tbs.profile import ProfileStore, finalize, load_profile
     from tbs.profiler import ProfileRequest, Profiler
     from tbs.report.console import render
-    from tbs.tf_device import discover
     from tbs.timing import Interrupted, TimingConfig
 
-    discovery = discover()
+    discovery = discover(backend)
     devices = select(discovery, device_tokens, warn)
     custom = import_custom_objects(list(custom_files))
 
@@ -141,13 +143,13 @@ def _run(model_path: Path, batch_sizes: list[int], device_tokens: list[str] | No
         "devices_missing": discovery.missing,
         "prices_usd_per_hour": prices,
         "host": sysinfo.host_info(),
-        "versions": sysinfo.library_versions(),
-        "settings": sysinfo.threading_settings(xla),
+        "versions": sysinfo.library_versions(backend),
+        "settings": sysinfo.threading_settings(xla, backend),
         "timing": vars(config),
-        "xla": bool(xla),
+        "xla": bool(xla) or backend == "jax",
         "command": sys.argv,
         "started": sysinfo.now_iso(),
-        "backend": "tensorflow",
+        "backend": backend,
     }
     if resume and existing in ("running", "interrupted", "complete"):
         finished = store.resume(metadata)

@@ -107,30 +107,27 @@ def run_recommend(directory: Path, prices: dict[str, float] | None, spot: dict[s
         click.echo(verify_recommendation(profile, rec, custom_files))
 
 
-def _ran_where_placed(call: Any, device: Any) -> bool:
-    """Every op of the call (seen in the eager capture on that device) produced its output there."""
-    want = device.tf_name.upper().split("DEVICE:")[-1]  # e.g. CPU:1
-    seen = [d.upper() for devices in call.op_devices.values() for d in devices if d]
-    return all(d.endswith(want) for d in seen)
-
-
 def verify_recommendation(profile: Any, rec: Recommendation, custom_files: tuple[Path, ...]) -> str:
     """Run the recommended placement and the single devices for real; report predicted vs measured."""
+    from tbs.backend import choose
+
+    meta = profile.metadata
+    backend = str(meta.get("backend") or "tensorflow")
+    choose(backend)  # the profile's backend, before Keras is imported
     from tbs.capture import capture
+    from tbs.devices import discover
     from tbs.errors import TbsError
     from tbs.inputs import batch_arrays, input_specs, load_user_input, structure_inputs
     from tbs.model import import_custom_objects, load_model
-    from tbs.tf_device import discover
     from tbs.timing import TimingConfig
     from tbs import verify
 
-    meta = profile.metadata
     if meta.get("merged_from"):
         raise TbsError("--verify runs one machine's profile; pass a single profile directory")
     model_path = Path(meta.get("model", {}).get("path", ""))
     if not model_path.is_file():
         raise TbsError(f"--verify needs the profiled model file '{model_path}' on this machine")
-    found = {d.name: d for d in discover().devices}
+    found = {d.name: d for d in discover(backend).devices}
     needed = sorted(set(rec.chosen.placement.values()) | {rec.inputs.host} |
                     {d for e in rec.single_devices for d in e.placement.values()})
     absent = [d for d in needed if d not in found]
@@ -150,9 +147,9 @@ def verify_recommendation(profile: Any, rec: Recommendation, custom_files: tuple
     for d in needed:
         with found[d].scope():
             captures[d] = capture(loaded[d], host_inputs if d == host.name else found[d].place(host_inputs),
-                                  training, record_devices=True)
+                                  training, record_devices=backend == "tensorflow")
     by_name = {d: {c.name: c for c in cap.calls} for d, cap in captures.items()}
-    placed_right = sum(_ran_where_placed(by_name[d][name], found[d]) for name, d in rec.chosen.placement.items())
+    placed_right = sum(found[d].ran_here(by_name[d][name]) for name, d in rec.chosen.placement.items())
     candidates = [("recommended", rec.chosen.placement, rec.chosen.seconds_per_batch)]
     candidates += [(e.name, e.placement, e.seconds_per_batch) for e in rec.single_devices]
     cfg = TimingConfig(**{k: v for k, v in (meta.get("timing") or {}).items() if k in TimingConfig.__dataclass_fields__})

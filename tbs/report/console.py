@@ -19,7 +19,7 @@ def _is_number(value: object) -> bool:
 
 
 def _cell_text(row: pd.Series, fastest: str, cheapest: str, priced: bool) -> str:
-    if row["status"] in ("oom", "error") or not _is_number(row["per_sample_s"]):
+    if row["status"] in ("oom", "error", "unsupported") or not _is_number(row["per_sample_s"]):
         return str(row["status"]).upper()
     text = format_seconds(row["per_sample_s"])
     if priced:
@@ -64,7 +64,9 @@ def batch_table(profile: Profile, batch_size: int) -> str:
         for device in devices:
             cell = model[model["device"] == device] if not model.empty else model
             value = cell.iloc[0][column] if not cell.empty else None
-            line[device] = format_seconds(value) if _is_number(value) else "-"
+            status = str(cell.iloc[0].get("status", "")) if not cell.empty else ""
+            failed = column == "per_sample_s" and status not in ("", "ok", "noisy")
+            line[device] = format_seconds(value) if _is_number(value) else (status.upper() if failed else "-")
             if column == "layers_sum_per_sample_s" and _is_number(value):
                 measured = int(cell.iloc[0]["layers_measured"])
                 if measured < len(order):  # failed layers are not in the sum: say so
@@ -84,6 +86,8 @@ def batch_table(profile: Profile, batch_size: int) -> str:
                 f"dispatch {format_seconds(m.get('dispatch_overhead_s'))}/call, "
                 f"input copy {format_seconds(m.get('input_copy_s'))}, first call {format_seconds(m.get('first_call_s'))}"
             )
+        else:
+            lines.append(f"{m['device']}: whole model {m.get('status')}: {m.get('reason')}")
     return "\n".join(lines)
 
 

@@ -22,7 +22,7 @@ from tbs.units import format_seconds, format_usd
 
 PER_MILLION = 1_000_000
 STATUS_COLORS = {"ok": "#2e7d32", "noisy": "#b26a00", "oom": "#c62828", "error": "#c62828",
-                 "cpu-fallback": "#6a1b9a"}
+                 "cpu-fallback": "#6a1b9a", "unsupported": "#546e7a"}
 
 
 @dataclass
@@ -322,7 +322,7 @@ def section_not_measured(data: ReportData) -> str:
     meta = data.profile.metadata
     missing = "".join(f"<li>{_esc(k)}: {_esc(v)}</li>" for k, v in meta.get("devices_missing", {}).items())
     s = data.profile.summary
-    failed = s[s["status"].isin(["oom", "error"])] if len(s) else s
+    failed = s[s["status"].isin(["oom", "error", "unsupported"])] if len(s) else s
     rows = "".join(f"<li>{_esc(r['layer'])} on {_esc(r['device'])} @ batch {r['batch_size']}: "
                    f"<b>{_esc(r['status'])}</b> {_esc(r['reason'])}</li>" for _, r in failed.iterrows())
     status = meta.get("status")

@@ -1,0 +1,192 @@
+"""JAX devices: discovery (cpu, each gpu, each tpu from ``jax.devices``) and blocked, compiled calls.
+
+A timed call is one ``jax.jit``: ``lax.fori_loop`` runs the layer n times, with n
+a traced argument so every n shares one compilation. The layer's variables are
+arguments, bound through Keras's ``StatelessScope`` (the layer's stateless call),
+so XLA cannot fold weights into constants. Inside the loop an
+``optimization_barrier`` ties the inputs to the iteration counter, so XLA's
+loop-invariant code motion cannot hoist the call out of the loop; another on each
+output stops the one element the loop consumes from being simplified into a
+slice of the work. Inputs and weights are placed on the device first, and the
+runner blocks on a scalar (``block_until_ready``), never copying activations.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from contextlib import AbstractContextManager
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from tbs.devices import Device, Discovery
+from tbs.sysinfo import cpu_model, total_memory_bytes
+from tbs.tensors import is_host_strings, iter_tensors, replace_tensors
+
+STRINGS_UNSUPPORTED = ("needs TensorFlow string ops: JAX has no string type, so this call cannot be "
+                       "compiled or placed on a JAX device")
+
+
+def _jax() -> Any:
+    import jax
+
+    return jax
+
+
+def _consume(structure: Any) -> Any:
+    """A float32 scalar depending on one element of every output array."""
+    jax = _jax()
+    jnp, lax = jax.numpy, jax.lax
+    total = jnp.zeros((), jnp.float32)
+    for part in jax.tree.leaves(structure):
+        if not isinstance(part, jax.Array):
+            continue
+        head = lax.optimization_barrier(part).reshape(-1)[:1]
+        if jnp.iscomplexobj(head):
+            head = head.real
+        total = total + head.astype(jnp.float32).sum()
+    return total
+
+
+class JaxDevice(Device):
+    """One ``jax.Device`` (cpu:0, gpu:1, tpu:0)."""
+
+    backend = "jax"
+
+    def __init__(self, kind: str, index: int, jax_device: Any, description: str = "",
+                 memory_bytes: int | None = None) -> None:
+        self.kind = kind
+        self.index = index
+        self.name = f"{kind}:{index}"
+        self.jax_device = jax_device
+        self.description = description
+        self.memory_bytes = memory_bytes
+        self._placed_calls: dict[str, tuple[Callable[..., Any], list[Any]]] = {}
+
+    def __repr__(self) -> str:
+        return f"JaxDevice({self.name}, {self.jax_device})"
+
+    def scope(self) -> AbstractContextManager:
+        return _jax().default_device(self.jax_device)
+
+    def place(self, structure: Any) -> Any:
+        jax = _jax()
+
+        def copy(x: Any) -> Any:
+            if is_host_strings(x) or not (hasattr(x, "shape") and hasattr(x, "dtype")):
+                return x  # strings have no JAX type: they stay on the host
+            return jax.device_put(x, self.jax_device)
+
+        placed = jax.tree.map(copy, structure)
+        for leaf in jax.tree.leaves(placed):
+            if isinstance(leaf, jax.Array):
+                leaf.block_until_ready()
+        return placed
+
+    def compile_blocked(self, call: Callable[..., Any], tensors: list[Any], jit: bool,
+                        variables: Sequence[Any] = ()) -> Callable[[int], None]:
+        jax = _jax()
+        from keras.src.backend import StatelessScope
+
+        variables = list(variables)
+        values = [jax.device_put(v.value, self.jax_device) for v in variables]
+        tensors = [jax.device_put(t, self.jax_device) for t in tensors]
+
+        def blocked(n: Any, values: list[Any], tensors: list[Any]) -> Any:
+            def body(i: Any, acc: Any) -> Any:
+                bound, args, _ = jax.lax.optimization_barrier((values, tensors, i))
+                with StatelessScope(state_mapping=list(zip(variables, bound))):
+                    out = call(*args)
+                return acc + _consume(out)
+
+            return jax.lax.fori_loop(0, n, body, jax.numpy.zeros((), jax.numpy.float32))
+
+        compiled = jax.jit(blocked)
+
+        def runner(n: int) -> None:
+            compiled(np.int32(n), values, tensors).block_until_ready()
+
+        return runner
+
+    def run_placed(self, call: Any, args: tuple, kwargs: dict) -> Any:
+        """The call compiled once for this device (its weights here); its inputs are copied here first."""
+        jax = _jax()
+        compiled = self._placed_calls.get(call.name)
+        if compiled is None:
+            from keras.src.backend import StatelessScope
+
+            variables = list(getattr(call.op, "variables", ()))
+            structure = (call.args, call.kwargs)
+
+            def pure(values: list[Any], tensors: list[Any]) -> Any:
+                with StatelessScope(state_mapping=list(zip(variables, values))):
+                    a, k = replace_tensors(structure, tensors)
+                    return call.invoke(*a, **k)
+
+            values = [jax.device_put(v.value, self.jax_device) for v in variables]
+            compiled = self._placed_calls[call.name] = (jax.jit(pure), values)
+        fn, values = compiled
+        return fn(values, [jax.device_put(t, self.jax_device) for t in iter_tensors((args, kwargs))])
+
+    def replay_runner(self, replay: Callable[..., Any], tensors: list[Any]) -> Callable[[int], None]:
+        """A Python loop of per-call compiled functions (one jit cannot span devices).
+
+        Each pass waits for the one before, as the TensorFlow runner's sequential loop does,
+        so passes never overlap across devices.
+        """
+        jax = _jax()
+
+        def runner(n: int) -> None:
+            for _ in range(n):
+                jax.block_until_ready(replay(*tensors))
+
+        return runner
+
+    def ran_here(self, call: Any) -> bool:
+        jax = _jax()
+        outputs = [x for x in jax.tree.leaves(call.outputs) if isinstance(x, jax.Array)]
+        return all(x.devices() == {self.jax_device} for x in outputs)
+
+    def sync(self) -> None:
+        """Nothing to wait for: every JAX runner and copy here blocks on its own result."""
+
+    def unsupported_reason(self, tensors: Sequence[Any]) -> str | None:
+        return STRINGS_UNSUPPORTED if any(is_host_strings(t) for t in tensors) else None
+
+
+def _missing_reason(platform: str, exc: BaseException | None) -> str:
+    plugins = {"gpu": ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm60_plugin", "jax_rocm7_plugin"),
+               "tpu": ("libtpu",)}[platform]
+    if not any(importlib.util.find_spec(p) for p in plugins):
+        extra = "jax[cuda12]" if platform == "gpu" else "jax[tpu]"
+        return f"no {platform.upper()}: this jaxlib has no {platform.upper()} plugin (pip install '{extra}')"
+    first = str(exc).splitlines()[0] if exc and str(exc) else "none found"
+    return f"no {platform.upper()} visible to JAX: {first}"
+
+
+def discover() -> Discovery:
+    """Every JAX device on this host, plus why each missing kind is missing.
+
+    ``TBS_LOGICAL_CPUS=N`` gives N CPU devices (set up by ``backend.choose``).
+    """
+    jax = _jax()
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.ERROR)
+    devices: list[Device] = []
+    missing: dict[str, str] = {}
+    cores = os.cpu_count() or 0
+    for i, d in enumerate(jax.devices("cpu")):
+        devices.append(JaxDevice("cpu", i, d, f"{cpu_model()} ({cores} cores)", total_memory_bytes()))
+    for kind in ("gpu", "tpu"):
+        try:
+            found = jax.devices(kind)
+        except RuntimeError as exc:
+            missing[kind] = _missing_reason(kind, exc)
+            continue
+        for i, d in enumerate(found):
+            stats = d.memory_stats() if hasattr(d, "memory_stats") else None
+            devices.append(JaxDevice(kind, i, d, str(d.device_kind), (stats or {}).get("bytes_limit")))
+        if not found:
+            missing[kind] = _missing_reason(kind, None)
+    return Discovery(devices=devices, missing=missing)

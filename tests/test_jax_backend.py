@@ -1,0 +1,180 @@
+"""The JAX backend: devices, blocked compiled timing, profiles, unsupported layers, merged reports, --verify.
+
+Keras picks its backend once per process and this test process runs TensorFlow,
+so JAX profiles run through a real subprocess (``tbs profile --backend jax``);
+the JAX device itself is tested here directly on plain JAX functions.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from conftest import FAST, _pickle, keras, layers, text_model
+
+jax = pytest.importorskip("jax", reason="JAX is not installed (pip install 'tbs[jax]')")
+
+from tbs import backend  # noqa: E402
+from tbs.cli import cli  # noqa: E402
+from tbs.jax_device import STRINGS_UNSUPPORTED, JaxDevice, discover  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _tbs(*args: str, logical_cpus: int = 1, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TBS_LOGICAL_CPUS=str(logical_cpus))
+    env.pop("KERAS_BACKEND", None)
+    return subprocess.run([sys.executable, "-m", "tbs", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout, cwd=ROOT)
+
+
+def _mlp() -> keras.Model:
+    inputs = keras.Input((512,), name="x")
+    x = inputs
+    for i in range(3):
+        x = layers.Dense(512, activation="relu", name=f"dense_{i}")(x)
+    x = layers.Dropout(0.2, name="dropout")(x)  # passes its input through in inference
+    return keras.Model(inputs, layers.Dense(10, name="head")(x), name="mlp")
+
+
+@pytest.fixture(scope="module")
+def jax_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One JAX profile of an MLP on two logical CPUs, one of a string model; a TF profile of the MLP."""
+    root = tmp_path_factory.mktemp("jax")
+    mlp, text = _pickle(_mlp(), root / "mlp.pkl"), _pickle(text_model(), root / "text.pkl")
+    dirs = {"mlp": root / "mlp_jax", "text": root / "text_jax", "mlp_tf": root / "mlp_tf"}
+    done = _tbs("profile", str(mlp), "--backend", "jax", "--batch", "32", "--cost", "cpu:0=1,cpu:1=2",
+                "--out", str(dirs["mlp"]), "--min-samples", "5", "--max-cell-seconds", "0.3", "--min-span-seconds", "0",
+                logical_cpus=2)
+    assert done.returncode == 0, done.stderr
+    done = _tbs("profile", str(text), "--backend", "jax", "--batch", "4", "--out", str(dirs["text"]), *FAST)
+    assert done.returncode == 0, done.stderr
+    result = CliRunner().invoke(cli, ["profile", str(mlp), "--batch", "32", "--out", str(dirs["mlp_tf"]), *FAST])
+    assert result.exit_code == 0, result.output
+    return dirs
+
+
+def test_jax_devices_are_found_with_reasons_for_missing_kinds() -> None:
+    found = discover()
+    assert [d.name for d in found.devices if d.kind == "cpu"][:1] == ["cpu:0"]
+    assert all(d.backend == "jax" for d in found.devices)
+    if not any(d.kind == "gpu" for d in found.devices):
+        assert "GPU" in found.missing["gpu"]
+
+
+def _seconds_per_call(runner, n: int) -> float:
+    runner(1)
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        runner(n)
+        best = min(best, (time.perf_counter() - start) / n)
+    return best
+
+
+def test_blocked_runner_repeats_the_work_and_scales_with_it() -> None:
+    """Each loop iteration really runs the call (no hoisting), and time follows the FLOPs."""
+    device = discover().devices[0]
+    runners = {}
+    for size in (128, 512):
+        a = device.place(np.random.default_rng(0).random((size, size), dtype=np.float32))
+        runners[size] = device.compile_blocked(lambda x: x @ x, [a], False)
+    small, large = _seconds_per_call(runners[128], 20), _seconds_per_call(runners[512], 20)
+    assert large / small > 8, (small, large)  # 64x the FLOPs: hoisting or a missed sync would flatten this
+    few, many = 4, 32
+    start = time.perf_counter(); runners[512](few); t_few = time.perf_counter() - start  # noqa: E702
+    start = time.perf_counter(); runners[512](many); t_many = time.perf_counter() - start  # noqa: E702
+    assert t_many / t_few > 3, (t_few, t_many)
+
+
+def test_string_tensors_make_a_call_unsupported() -> None:
+    device = discover().devices[0]
+    assert isinstance(device, JaxDevice)
+    assert device.unsupported_reason([np.array(["a"], dtype=object)]) == STRINGS_UNSUPPORTED
+    assert device.unsupported_reason([np.zeros(3)]) is None
+
+
+def test_jax_profile_records_backend_and_measures_every_layer(jax_dirs: dict[str, Path]) -> None:
+    meta = json.loads((jax_dirs["mlp"] / "metadata.json").read_text())
+    assert meta["backend"] == "jax" and meta["status"] == "complete"
+    assert "jax" in meta["versions"] and meta["settings"]["xla_jit_compile"].startswith("always")
+    assert [d["name"] for d in meta["devices"]] == ["cpu:0", "cpu:1"]
+    assert all(d["backend"] == "jax" for d in meta["devices"])
+    assert "cpu:0->cpu:1" in meta["transfers"]
+    summary = pd.read_csv(jax_dirs["mlp"] / "summary.csv")
+    assert set(summary["status"]) <= {"ok", "noisy"}
+    assert len(summary) == 2 * 5
+    dense = summary[summary["layer"].str.startswith("dense")]
+    assert (dense["median_s"] > 0).all()
+    samples = pd.read_csv(jax_dirs["mlp"] / "samples.csv")
+    assert len(samples) >= summary["n"].sum()
+
+
+def test_jax_layer_sum_matches_the_whole_compiled_model(jax_dirs: dict[str, Path]) -> None:
+    model = pd.read_csv(jax_dirs["mlp"] / "model.csv")
+    for _, row in model.iterrows():
+        ratio = row["layers_sum_s"] / row["median_s"]
+        assert 0.6 < ratio < 1.6, (row["device"], ratio)
+
+
+def test_string_layers_are_unsupported_on_jax_with_the_reason(jax_dirs: dict[str, Path]) -> None:
+    summary = pd.read_csv(jax_dirs["text"] / "summary.csv").set_index("layer")
+    assert summary.loc["text_vectorization", "status"] == "unsupported"
+    assert "string" in summary.loc["text_vectorization", "reason"]
+    assert summary.drop("text_vectorization")["status"].isin(["ok", "noisy"]).all()
+    model = pd.read_csv(jax_dirs["text"] / "model.csv")
+    assert model["status"].tolist() == ["unsupported"]
+
+
+def test_report_merges_tf_and_jax_profiles_side_by_side(jax_dirs: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "merged.html"
+    result = CliRunner().invoke(cli, ["report", str(jax_dirs["mlp_tf"]), str(jax_dirs["mlp"]), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    html = out.read_text()
+    assert "cpu:0 (tf)" in html and "cpu:0 (jax)" in html and "cpu:1 (jax)" in html
+    result = CliRunner().invoke(cli, ["report", str(jax_dirs["mlp_tf"]), str(jax_dirs["mlp"]), "--format", "csv",
+                                      "--cost", "cpu=1"])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(io.StringIO(result.output))
+    per_layer = table[table["layer"] == "dense_1"]
+    assert set(per_layer["device"]) == {"cpu:0 (tf)", "cpu:0 (jax)", "cpu:1 (jax)"}
+    assert per_layer["cost_per_sample_usd"].notna().all()  # 'cpu' prices every backend's CPU
+
+
+def test_recommend_verify_runs_a_jax_placement(jax_dirs: dict[str, Path]) -> None:
+    done = _tbs("recommend", str(jax_dirs["mlp"]), "--objective", "time", "--verify", logical_cpus=2)
+    assert done.returncode == 0, done.stderr
+    assert "Verified by running it" in done.stdout
+    assert "5 of 5 layers ran their ops on the device they were placed on" in done.stdout
+
+
+def test_devices_lists_each_backend() -> None:
+    result = CliRunner().invoke(cli, ["devices"])
+    assert result.exit_code == 0, result.output
+    assert "tensorflow:" in result.output and "jax:" in result.output
+    assert result.output.count("cpu:0") >= 2
+
+
+def test_backend_errors_are_one_line(seq_pkl: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Keras already runs on TensorFlow in this process: JAX needs a new one, and says so.
+    result = CliRunner().invoke(cli, ["profile", str(seq_pkl), "--backend", "jax", *FAST])
+    assert result.exit_code == 2 and "new process" in result.output
+    result = CliRunner().invoke(cli, ["profile", str(seq_pkl), "--backend", "torch"])
+    assert result.exit_code == 2 and "torch" in result.output
+    real = backend.importlib.util.find_spec
+    monkeypatch.setattr(backend.importlib.util, "find_spec", lambda name: None if name == "jaxlib" else real(name))
+    result = CliRunner().invoke(cli, ["profile", str(seq_pkl), "--backend", "jax"])
+    assert result.exit_code == 2 and "pip install 'tbs[jax]'" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    result = CliRunner().invoke(cli, ["devices", "--backend", "jax"])
+    assert "unavailable: jax is not installed" in result.output
