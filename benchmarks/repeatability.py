@@ -17,7 +17,7 @@ from pathlib import Path
 
 from common import build_example, profile_once
 
-from tbs.tf_device import discover
+from tbs.devices import discover
 
 
 def main() -> int:
@@ -25,7 +25,7 @@ def main() -> int:
     parser.add_argument("--models", default="cnn_flowers,rnn_mnist,lstm_sunspots")
     parser.add_argument("--batch", default="32")
     args = parser.parse_args()
-    device = discover(tpu_timeout_s=1).devices[0]
+    device = discover("tensorflow").devices[0]
     batches = [int(b) for b in args.batch.split(",")]
     work = Path(tempfile.mkdtemp(prefix="tbs-repeat-"))
     lines = ["| model | batch | cells | run 2 median inside run 1 CI | median |run 2 − run 1| / run 1 |",

@@ -5,10 +5,11 @@ a traced argument so every n shares one compilation. The layer's variables are
 arguments, bound through Keras's ``StatelessScope`` (the layer's stateless call),
 so XLA cannot fold weights into constants. Inside the loop an
 ``optimization_barrier`` ties the inputs to the iteration counter, so XLA's
-loop-invariant code motion cannot hoist the call out of the loop; another on each
-output stops the one element the loop consumes from being simplified into a
-slice of the work. Inputs and weights are placed on the device first, and the
-runner blocks on a scalar (``block_until_ready``), never copying activations.
+loop-invariant code motion cannot hoist the call out of the loop. The outputs are
+carried in the loop state, so each iteration writes all of them: were only one
+element consumed, XLA would fuse an elementwise or gather layer down to computing
+that element. Inputs and weights are placed on the device first, and the runner
+waits with ``block_until_ready`` on device buffers, never copying them to the host.
 """
 
 from __future__ import annotations
@@ -35,19 +36,43 @@ def _jax() -> Any:
     return jax
 
 
-def _consume(structure: Any) -> Any:
-    """A float32 scalar depending on one element of every output array."""
+def _arrays(structure: Any) -> list[Any]:
     jax = _jax()
-    jnp, lax = jax.numpy, jax.lax
+    return [x for x in jax.tree.leaves(structure) if isinstance(x, jax.Array)]
+
+
+def _head(outputs: list[Any]) -> Any:
+    """A float32 scalar depending on one element of every output array."""
+    jnp = _jax().numpy
     total = jnp.zeros((), jnp.float32)
-    for part in jax.tree.leaves(structure):
-        if not isinstance(part, jax.Array):
-            continue
-        head = lax.optimization_barrier(part).reshape(-1)[:1]
+    for part in outputs:
+        head = part.reshape(-1)[:1]
         if jnp.iscomplexobj(head):
             head = head.real
         total = total + head.astype(jnp.float32).sum()
     return total
+
+
+# Primitives whose result XLA lays out as a view of their operand (a bitcast): no work, no copy.
+VIEW_PRIMITIVES = frozenset({"reshape", "squeeze", "expand_dims"})
+
+
+def _views_of_inputs(step: Callable[..., list[Any]], *args: Any) -> list[bool]:
+    """For each output of ``step``: is it an input, or an input only reshaped?
+
+    Such outputs (Dropout or random augmentation in inference, Flatten) cost nothing in
+    a compiled model; forcing them into the loop state would time a copy that never happens.
+    """
+    jax = _jax()
+    from jax.extend.core import Literal
+
+    jaxpr = jax.make_jaxpr(step)(*args).jaxpr
+    views = set(jaxpr.invars)
+    for eqn in jaxpr.eqns:
+        operands = [v for v in eqn.invars if not isinstance(v, Literal)]
+        if eqn.primitive.name in VIEW_PRIMITIVES and len(operands) == 1 and operands[0] in views:
+            views.update(eqn.outvars)
+    return [not isinstance(v, Literal) and v in views for v in jaxpr.outvars]
 
 
 class JaxDevice(Device):
@@ -94,19 +119,29 @@ class JaxDevice(Device):
         values = [jax.device_put(v.value, self.jax_device) for v in variables]
         tensors = [jax.device_put(t, self.jax_device) for t in tensors]
 
-        def blocked(n: Any, values: list[Any], tensors: list[Any]) -> Any:
-            def body(i: Any, acc: Any) -> Any:
-                bound, args, _ = jax.lax.optimization_barrier((values, tensors, i))
-                with StatelessScope(state_mapping=list(zip(variables, bound))):
-                    out = call(*args)
-                return acc + _consume(out)
+        def step(values: list[Any], tensors: list[Any]) -> list[Any]:
+            with StatelessScope(state_mapping=list(zip(variables, values))):
+                return _arrays(call(*tensors))
 
-            return jax.lax.fori_loop(0, n, body, jax.numpy.zeros((), jax.numpy.float32))
+        views = _views_of_inputs(step, values, tensors)
+        shapes = [s for s, view in zip(jax.eval_shape(step, values, tensors), views) if not view]
+
+        def blocked(n: Any, values: list[Any], tensors: list[Any]) -> Any:
+            def body(i: Any, carry: tuple[Any, list[Any]]) -> tuple[Any, list[Any]]:
+                bound, args, _ = jax.lax.optimization_barrier((values, tensors, i))
+                out = step(bound, args)
+                written = [x for x, view in zip(out, views) if not view]
+                return carry[0] + _head(out), written
+
+            # Computed outputs ride in the loop state, so every element is written each iteration
+            # (were one element consumed, XLA would fuse the layer down to computing that element).
+            empty = [jax.numpy.zeros(s.shape, s.dtype) for s in shapes]
+            return jax.lax.fori_loop(0, n, body, (jax.numpy.zeros((), jax.numpy.float32), empty))
 
         compiled = jax.jit(blocked)
 
         def runner(n: int) -> None:
-            compiled(np.int32(n), values, tensors).block_until_ready()
+            jax.block_until_ready(compiled(np.int32(n), values, tensors))
 
         return runner
 

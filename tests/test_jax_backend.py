@@ -97,6 +97,21 @@ def test_blocked_runner_repeats_the_work_and_scales_with_it() -> None:
     assert t_many / t_few > 3, (t_few, t_many)
 
 
+def test_elementwise_work_is_timed_in_full_and_views_cost_nothing() -> None:
+    """XLA would fuse an elementwise call down to the one element consumed; outputs are written in full.
+
+    A reshape or pass-through is a view in a compiled model, so it must not be timed as a copy.
+    """
+    device = discover().devices[0]
+    small = device.place(np.ones((64, 64), np.float32))
+    large = device.place(np.ones((64, 64 * 256), np.float32))  # 256x the elements
+    scale = {n: _seconds_per_call(device.compile_blocked(lambda x: x * 3.0 + 1.0, [x], False), 50)
+             for n, x in (("small", small), ("large", large))}
+    assert scale["large"] / scale["small"] > 16, scale
+    view = _seconds_per_call(device.compile_blocked(lambda x: (x, x.reshape(-1)), [large], False), 50)
+    assert view < scale["large"] / 4, (view, scale)
+
+
 def test_string_tensors_make_a_call_unsupported() -> None:
     device = discover().devices[0]
     assert isinstance(device, JaxDevice)

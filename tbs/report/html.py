@@ -274,6 +274,12 @@ def section_placement(data: ReportData) -> str:
     head = '<h2 id="placement">Recommended placement</h2>'
     if len(data.devices) < 2:
         return head + '<p class="note">One device profiled: nothing to place. Profile two or more devices.</p>'
+    programs = {(str((e.get("host") or {}).get("hostname")), e.get("backend") or "tensorflow")
+                for e in data.profile.metadata.get("environments") or []}
+    if len(programs) > 1:
+        return head + ('<p class="note">These profiles come from different machines or backends, and a '
+                       'placement splits one model inside one program on one machine: run <code>tbs recommend'
+                       '</code> on each profile directory. The sections above compare them layer by layer.</p>')
     objective = "cost" if data.priced_devices else "time"
     try:
         rec = recommend(data.profile, objective=objective)
