@@ -5,11 +5,15 @@ a traced argument so every n shares one compilation. The layer's variables are
 arguments, bound through Keras's ``StatelessScope`` (the layer's stateless call),
 so XLA cannot fold weights into constants. Inside the loop an
 ``optimization_barrier`` ties the inputs to the iteration counter, so XLA's
-loop-invariant code motion cannot hoist the call out of the loop. The outputs are
-carried in the loop state, so each iteration writes all of them: were only one
-element consumed, XLA would fuse an elementwise or gather layer down to computing
-that element. Inputs and weights are placed on the device first, and the runner
-waits with ``block_until_ready`` on device buffers, never copying them to the host.
+loop-invariant code motion cannot hoist the call out of the loop. Each iteration
+adds up every element of every output: were only one element consumed, XLA would
+fuse an elementwise or gather layer down to computing that element. A sum is
+what XLA does with a layer's output inside a whole model too: it fuses the
+epilogue (bias, activation) into the consumer instead of writing it out, so the
+per-layer times add up to the compiled model. Outputs that are views of an input
+(pass-through, reshape) are left out: they cost nothing in a compiled model.
+Inputs and weights are placed on the device first, and the runner blocks on the
+scalar (``block_until_ready``), never copying activations to the host.
 """
 
 from __future__ import annotations
@@ -41,15 +45,14 @@ def _arrays(structure: Any) -> list[Any]:
     return [x for x in jax.tree.leaves(structure) if isinstance(x, jax.Array)]
 
 
-def _head(outputs: list[Any]) -> Any:
-    """A float32 scalar depending on one element of every output array."""
+def _total(outputs: list[Any]) -> Any:
+    """A float32 scalar that needs every element of every output."""
     jnp = _jax().numpy
     total = jnp.zeros((), jnp.float32)
     for part in outputs:
-        head = part.reshape(-1)[:1]
-        if jnp.iscomplexobj(head):
-            head = head.real
-        total = total + head.astype(jnp.float32).sum()
+        if jnp.iscomplexobj(part):
+            part = part.real
+        total = total + part.astype(jnp.float32).sum()
     return total
 
 
@@ -61,7 +64,7 @@ def _views_of_inputs(step: Callable[..., list[Any]], *args: Any) -> list[bool]:
     """For each output of ``step``: is it an input, or an input only reshaped?
 
     Such outputs (Dropout or random augmentation in inference, Flatten) cost nothing in
-    a compiled model; forcing them into the loop state would time a copy that never happens.
+    a compiled model; summing them would time a pass over memory that never happens.
     """
     jax = _jax()
     from jax.extend.core import Literal
@@ -124,19 +127,14 @@ class JaxDevice(Device):
                 return _arrays(call(*tensors))
 
         views = _views_of_inputs(step, values, tensors)
-        shapes = [s for s, view in zip(jax.eval_shape(step, values, tensors), views) if not view]
 
         def blocked(n: Any, values: list[Any], tensors: list[Any]) -> Any:
-            def body(i: Any, carry: tuple[Any, list[Any]]) -> tuple[Any, list[Any]]:
+            def body(i: Any, acc: Any) -> Any:
                 bound, args, _ = jax.lax.optimization_barrier((values, tensors, i))
                 out = step(bound, args)
-                written = [x for x, view in zip(out, views) if not view]
-                return carry[0] + _head(out), written
+                return acc + _total([x for x, view in zip(out, views) if not view])
 
-            # Computed outputs ride in the loop state, so every element is written each iteration
-            # (were one element consumed, XLA would fuse the layer down to computing that element).
-            empty = [jax.numpy.zeros(s.shape, s.dtype) for s in shapes]
-            return jax.lax.fori_loop(0, n, body, (jax.numpy.zeros((), jax.numpy.float32), empty))
+            return jax.lax.fori_loop(0, n, body, jax.numpy.zeros((), jax.numpy.float32))
 
         compiled = jax.jit(blocked)
 
