@@ -30,8 +30,9 @@ from pathlib import Path
 
 from common import build_example, profile_once
 
-from tbs.backend import choose, installed
-from tbs.sysinfo import host_info, library_versions
+from tbs import backends
+from tbs.backends import choose, installed
+from tbs.backends.host import host_info
 
 MODELS = ["cnn_flowers", "lm_imdb", "rnn_mnist", "lstm_sunspots", "nn_twins", "rnn_sa"]
 BATCHES = [32, 512]
@@ -41,8 +42,8 @@ BACKENDS = ("tensorflow", "jax")
 
 def seed_method_sum(model, batch: int, device) -> float:
     """The prototype's way: eager layer calls, time.time(), 10 trials; sum of per-layer medians."""
-    from tbs.capture import capture
-    from tbs.inputs import input_specs, structure_inputs, synthetic_batch
+    from tbs.capture.recorder import capture
+    from tbs.load.inputs import input_specs, structure_inputs, synthetic_batch
 
     inputs = device.place(structure_inputs(model, synthetic_batch(input_specs(model), batch, seed=batch)))
     total = 0.0
@@ -64,23 +65,23 @@ def _number(value) -> float | None:
 def measure(backend: str, models: list[str], batches: list[int]) -> list[dict]:
     """One backend's rows (this process must not have imported Keras yet)."""
     choose(backend)
-    from tbs.devices import discover
-    from tbs.profile import with_layer_sums
+    from tbs.load.model import load_model
+    from tbs.profiles.profile import with_layer_sums
 
-    device = discover(backend).devices[0]
+    device = backends.discover(backend).devices[0]
     rows = []
     work_root = Path(tempfile.mkdtemp(prefix=f"tbs-bench-{backend}-"))
     try:
         for name in models:
-            loaded = build_example(name, work_root)
-            profile = profile_once(loaded, device, batches, work_root / name)
+            model_path = build_example(name, work_root)
+            profile = profile_once(model_path, batches, work_root / name, backend)
             model_rows = with_layer_sums(profile.summary, profile.model).set_index("batch_size")
             for batch in batches:
                 r = model_rows.loc[batch]
                 whole, layers_sum = _number(r["median_s"]), _number(r["layers_sum_s"])
                 error = None if whole is None or layers_sum is None else (layers_sum - whole) / whole
                 ok = None if error is None else abs(layers_sum - whole) <= max(0.2 * whole, 50e-6)
-                seed = seed_method_sum(loaded.model, batch, device) if backend == "tensorflow" else None
+                seed = seed_method_sum(load_model(model_path).model, batch, device) if backend == "tensorflow" else None
                 rows.append(dict(model=name, batch=batch, layers=int(r["layers_measured"]), whole_s=whole,
                                  layers_sum_s=layers_sum, error=error, ok=ok, seed_sum_s=seed,
                                  whole_status=str(r["status"])))
@@ -138,7 +139,7 @@ def main() -> int:
     models, batches = args.models.split(","), [int(b) for b in args.batch.split(",")]
     if args.json:
         rows = measure(args.backend, models, batches)
-        args.json.write_text(json.dumps({"rows": rows, "versions": library_versions(args.backend)}))
+        args.json.write_text(json.dumps({"rows": rows, "versions": backends.environment(args.backend, False)["versions"]}))
         return 0
     results, versions = {}, {}
     for backend in (BACKENDS if args.backend == "both" else (args.backend,)):

@@ -17,7 +17,6 @@ from pathlib import Path
 
 from common import build_example, profile_once
 
-from tbs.devices import discover
 
 
 def main() -> int:
@@ -25,16 +24,15 @@ def main() -> int:
     parser.add_argument("--models", default="cnn_flowers,rnn_mnist,lstm_sunspots")
     parser.add_argument("--batch", default="32")
     args = parser.parse_args()
-    device = discover("tensorflow").devices[0]
     batches = [int(b) for b in args.batch.split(",")]
     work = Path(tempfile.mkdtemp(prefix="tbs-repeat-"))
     lines = ["| model | batch | cells | run 2 median inside run 1 CI | median |run 2 − run 1| / run 1 |",
              "|---|---:|---:|---:|---:|"]
     try:
         for name in args.models.split(","):
-            loaded = build_example(name, work)
-            first = profile_once(loaded, device, batches, work / f"{name}-1").summary
-            second = profile_once(loaded, device, batches, work / f"{name}-2").summary
+            model_path = build_example(name, work)
+            first = profile_once(model_path, batches, work / f"{name}-1").summary
+            second = profile_once(model_path, batches, work / f"{name}-2").summary
             both = first.merge(second, on=["layer", "device", "batch_size"], suffixes=("_1", "_2"))
             for batch, cells in both.groupby("batch_size"):
                 inside = ((cells["median_s_2"] >= cells["ci_low_s_1"]) & (cells["median_s_2"] <= cells["ci_high_s_1"]))

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tbs.backend import keras as _quiet_keras  # noqa: E402  (TensorFlow without its log noise)
-from tbs.tfenv import native_stderr_captured  # noqa: E402
+from tbs.backends import keras as _quiet_keras  # noqa: E402  (TensorFlow without its log noise)
+from tbs.backends.tensorflow.environment import native_stderr_captured  # noqa: E402
 
 keras = _quiet_keras()
 import numpy as np  # noqa: E402

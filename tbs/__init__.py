@@ -1,3 +1,24 @@
-"""tbs: per-layer heterogeneous hardware profiler for Keras models."""
+"""tbs: per-layer heterogeneous hardware profiler for Keras models.
 
-__version__ = "0.1.0"
+    import tbs
+    p = tbs.profile("models/cnn_flowers.pkl", batch_sizes=[32, 512], prices={"cpu": 0.5, "gpu": 3})
+    rec = tbs.recommend(p, objective="cost")
+    html = tbs.render(p, "html", recommendation=rec)
+
+Importing tbs imports no framework: TensorFlow or JAX loads when a call needs it,
+on the backend that call asks for.
+"""
+
+from tbs.api import devices, load, profile, recommend, render, verify
+from tbs.errors import TbsError, TbsWarning
+from tbs.measure.timing import TimingConfig
+from tbs.place.recommend import Recommendation
+from tbs.place.verify import Verification
+from tbs.profiles.profile import Profile
+
+__version__ = "0.2.0"
+
+__all__ = [
+    "profile", "load", "recommend", "verify", "render", "devices",
+    "Profile", "Recommendation", "Verification", "TimingConfig", "TbsError", "TbsWarning", "__version__",
+]

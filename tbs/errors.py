@@ -23,3 +23,10 @@ class DeviceError(TbsError):
 
 class ProfileError(TbsError):
     """A profile directory is missing, unfinished, or belongs to another model."""
+
+
+class TbsWarning(UserWarning):
+    """Something the user should know that does not stop the run (a device skipped, a guessed shape).
+
+    The CLI prints each as one ``Warning: ...`` line; in Python they are ordinary warnings.
+    """

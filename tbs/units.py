@@ -1,12 +1,22 @@
-"""Formatting of seconds and dollars for people (data stays in SI units)."""
+"""Whether a value is a number, and formatting of seconds and dollars for people (data stays in SI units)."""
 
 from __future__ import annotations
 
 import math
 
 
-def _missing(value: float | None) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
+def is_number(value: object) -> bool:
+    """Whether a value is a real, finite-or-infinite number (not None, NaN, text or a bool): the one test."""
+    if value is None or isinstance(value, (bool, str)):
+        return False
+    try:
+        return not math.isnan(float(value))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+
+
+def _missing(value: object) -> bool:
+    return not is_number(value)
 
 
 def format_seconds(seconds: float | None) -> str:

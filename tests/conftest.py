@@ -15,7 +15,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tbs.backend import keras as _keras  # noqa: E402
+from tbs.backends import keras as _keras  # noqa: E402
 
 keras = _keras()
 layers = keras.layers
@@ -121,7 +121,7 @@ def custom_source(model_dir: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def subclassed_pkl(model_dir: Path, custom_source: Path) -> Path:
-    from tbs.model import import_custom_objects
+    from tbs.load.model import import_custom_objects
 
     classes = import_custom_objects([custom_source])
     model = classes["TinySubclassed"](units=4)

@@ -3,9 +3,9 @@
 import numpy as np
 
 from conftest import branchy_model, embedding_model, keras, sequential_model
-from tbs.capture import capture
-from tbs.inputs import input_specs, structure_inputs, synthetic_batch
-from tbs.model import import_custom_objects
+from tbs.capture.recorder import capture
+from tbs.load.inputs import input_specs, structure_inputs, synthetic_batch
+from tbs.load.model import import_custom_objects
 
 
 def _capture(model, batch=3, training=False):
@@ -72,11 +72,12 @@ def test_rnn_inner_cell_is_not_a_separate_leaf():
 
 def test_op_devices_are_recorded_and_host_fallback_detected():
     from conftest import text_model
-    from tbs.rows import fallback_ops
+    from tbs.backends.tensorflow.discovery import discover
+    from tbs.measure.rows import fallback_ops
 
     model = text_model()
     inputs = structure_inputs(model, synthetic_batch(input_specs(model), 2))
-    calls = capture(model, inputs, training=False, record_devices=True).calls
+    calls = capture(model, inputs, training=False, device=discover().devices[0], record_devices=True).calls
     vectorize = calls[0]
     assert any("CPU" in d for devices in vectorize.op_devices.values() for d in devices)
 
@@ -99,3 +100,14 @@ def test_pass_through_layers_keep_the_graph_intact():
     edges = {(e.src, e.dst) for e in _capture(keras.Model(inp, out)).edges}
     assert ("d1", "drop") in edges and ("drop", "d2") in edges and ("d1", "side") in edges
     assert ("drop", "side") not in edges
+
+
+def test_layers_that_do_nothing_in_the_mode_are_marked_inactive():
+    """Dropout hands its input back in inference (its time is the harness's); in training it works."""
+    inp = keras.Input((4,), name="x")
+    h = keras.layers.Dense(3, name="d1")(inp)
+    h = keras.layers.Dropout(0.5, name="drop")(h)
+    model = keras.Model(inp, keras.layers.Dense(2, name="d2")(h))
+    inactive = {c.name: c.inactive for c in _capture(model).calls}
+    assert inactive == {"d1": False, "drop": True, "d2": False}
+    assert not any(c.inactive for c in _capture(model, training=True).calls)

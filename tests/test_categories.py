@@ -1,6 +1,6 @@
 import pytest
 
-from tbs.categories import categorize
+from tbs.capture.categories import categorize
 from conftest import keras
 
 layers = keras.layers

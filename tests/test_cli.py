@@ -168,9 +168,9 @@ def test_missing_devices_are_skipped_with_reason(seq_pkl, tmp_path):
 
 
 def test_batch_too_big_for_host_memory_is_recorded_as_oom(seq_pkl, tmp_path, monkeypatch):
-    import tbs.profiler
+    import tbs.measure.profiler
 
-    monkeypatch.setattr(tbs.profiler, "available_memory_bytes", lambda: 64 * 1024)  # 64 KiB "free"
+    monkeypatch.setattr(tbs.measure.profiler, "available_memory_bytes", lambda: 64 * 1024)  # 64 KiB "free"
     result = profile(seq_pkl, tmp_path / "p", "--batch", "2,4096")
     assert result.exit_code == 0, result.stderr
     summary = pd.read_csv(tmp_path / "p" / "summary.csv")
@@ -193,7 +193,7 @@ def test_forward_pass_failing_on_the_data_is_one_line(tmp_path, custom_source):
     source.write_text("import keras\nclass Broken(keras.layers.Layer):\n"
                       "    def call(self, x):\n        raise ValueError('cannot handle this input')\n"
                       "    def compute_output_shape(self, s):\n        return s\n")
-    from tbs.model import import_custom_objects
+    from tbs.load.model import import_custom_objects
 
     broken = import_custom_objects([source])["Broken"]
     model = keras.Sequential([keras.Input((3,)), broken()])
@@ -233,3 +233,10 @@ def test_unwritable_out_and_bare_command(seq_pkl, tmp_path):
     assert len(bad.stderr.strip().splitlines()) == 1
     blocked = CliRunner().invoke(cli, [])
     assert blocked.exit_code == 0 and "profile" in blocked.output and "devices" in blocked.output
+
+
+def test_help_shows_percent_signs_once():
+    for command in ("profile", "report"):
+        text = run(command, "--help").output
+        assert "%%" not in text
+    assert "95% CI" in " ".join(run("profile", "--help").output.split())

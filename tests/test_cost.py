@@ -1,6 +1,7 @@
 import pytest
 
-from tbs.cost import cost_per_sample_usd, parse_prices, price_for
+from tbs.cost.prices import load_price_file, parse_prices, price_for
+from tbs.cost.reprice import cost_per_sample_usd
 from tbs.errors import TbsError
 
 
@@ -42,3 +43,39 @@ def test_capex_is_amortised_over_hours_of_the_years():
     for bad in ("cpu=capex:abc/1y", "cpu=capex:25000", "cpu=capex:25000/0y", "cpu=capex:-5/1y"):
         with pytest.raises(TbsError, match="capex:USD/YEARSy"):
             parse_prices(bad)
+
+
+def test_bad_price_in_a_csv_file_names_the_file_and_line(tmp_path):
+    path = tmp_path / "prices.csv"
+    path.write_text("device,price,source,date\ncpu,0.5,list,2024-01\ngpu,abc,list,2024-01\n")
+    with pytest.raises(TbsError) as info:
+        load_price_file(str(path))
+    message = str(info.value)
+    assert message.startswith(f"--prices {path} line 3: price 'abc' for gpu is not a number")
+    assert "--cost" not in message and "\n" not in message
+
+
+def test_bad_capex_in_a_yaml_file_names_the_line_of_its_key(tmp_path):
+    path = tmp_path / "prices.yaml"
+    path.write_text("cpu: 0.5\n# the accelerator\ngpu:\n  price: capex:lots/1y\n  source: quote\n")
+    with pytest.raises(TbsError) as info:
+        load_price_file(str(path))
+    assert str(info.value).startswith(f"--prices {path} line 3: 'capex:lots/1y' for gpu")
+    assert "--cost" not in str(info.value)
+
+
+def test_price_file_entry_without_a_device_names_its_line(tmp_path):
+    path = tmp_path / "prices.csv"
+    path.write_text("device,price\ngpu,3\nquantum,2\n")
+    with pytest.raises(TbsError, match=r"line 3: each entry needs a device"):
+        load_price_file(str(path))
+
+
+def test_good_price_files_still_load(tmp_path):
+    csv_path, yaml_path = tmp_path / "p.csv", tmp_path / "p.yml"
+    csv_path.write_text("device,price,source,date\ngpu:1,2.5/h,vendor,2024-05\ncpu,capex:8760/1y,,\n")
+    yaml_path.write_text("gpu: 3\ntpu:\n  price: 8\n  source: cloud\n")
+    prices, sources = load_price_file(str(csv_path))
+    assert prices == {"gpu:1": 2.5, "cpu": pytest.approx(1.0)} and sources["gpu:1"]["source"] == "vendor"
+    prices, sources = load_price_file(str(yaml_path))
+    assert prices == {"gpu": 3.0, "tpu": 8.0} and sources["tpu"]["source"] == "cloud"

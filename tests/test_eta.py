@@ -1,7 +1,7 @@
 import pytest
 
-from tbs.eta import CALIBRATION_BLOCKS, HARNESS_SHARE, TRACE_ESTIMATE_S, WorkEstimate
-from tbs.timing import TimingConfig
+from tbs.measure.eta import CALIBRATION_BLOCKS, HARNESS_SHARE, TRACE_ESTIMATE_S, WorkEstimate
+from tbs.measure.timing import TimingConfig
 
 
 class Clock:

@@ -7,9 +7,9 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import FAST, ROOT, keras
-from tbs.capture import capture
+from tbs.capture.recorder import capture
 from tbs.cli import cli
-from tbs.inputs import input_specs, structure_inputs, synthetic_batch
+from tbs.load.inputs import input_specs, structure_inputs, synthetic_batch
 
 spec = importlib.util.spec_from_file_location("example_models", ROOT / "models" / "build.py")
 examples = importlib.util.module_from_spec(spec)

@@ -1,9 +1,12 @@
+import pickle
+
 import numpy as np
 import pytest
 
 from conftest import branchy_model, embedding_model, text_model
 from tbs.errors import InputDataError
-from tbs.inputs import fit_to_batch, input_specs, load_user_input, synthetic_batch
+from tbs.load.inputs import (check_input_arrays, fit_to_batch, input_specs, load_user_input, read_input_file,
+                             synthetic_batch)
 
 
 def test_integers_stay_inside_the_embedding_vocabulary():
@@ -63,7 +66,7 @@ def test_masked_embedding_never_gets_a_zero_and_float_indices_are_whole():
 
 
 def test_data_defines_the_inputs_of_a_model_that_declares_none(tmp_path):
-    from tbs.inputs import structure_inputs
+    from tbs.load.inputs import structure_inputs
 
     path = tmp_path / "pair.npz"
     np.savez(path, a=np.ones((3, 2)), b=np.zeros((3, 5)))
@@ -75,7 +78,66 @@ def test_data_defines_the_inputs_of_a_model_that_declares_none(tmp_path):
 
 
 def test_unknown_image_dims_become_a_realistic_size():
-    from tbs.inputs import InputSpec
+    from tbs.load.inputs import InputSpec
 
     assert InputSpec("img", (None, None, 3), "float32").concrete_shape(2) == (2, 224, 224, 3)
     assert InputSpec("seq", (None, 8), "float32").concrete_shape(2) == (2, 16, 8)
+
+
+class _RunsCode:
+    """Unpickling this writes a marker file: what a booby-trapped data file would do."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".npz"])
+def test_numpy_input_files_load_with_pickle_off(tmp_path, suffix):
+    marker, path = tmp_path / "ran", tmp_path / f"evil{suffix}"
+    trap = np.array([_RunsCode(marker), "text"], dtype=object)
+    np.save(path, trap) if suffix == ".npy" else np.savez(path, text=trap)
+    with pytest.raises(InputDataError) as info:
+        load_user_input(path, input_specs(text_model()))
+    message = str(info.value)
+    assert not marker.exists()  # the file's code never ran
+    assert str(path) in message and "\n" not in message
+    assert "array.astype(str)" in message and ".pkl" in message
+
+
+def test_text_saved_as_a_string_array_feeds_a_text_model(tmp_path):
+    path = tmp_path / "reviews.npy"
+    np.save(path, np.array([["alpha beta"], ["gamma delta"]]))  # dtype <U11: no pickle needed
+    (text,) = load_user_input(path, input_specs(text_model()))
+    assert text.dtype == object and text.shape == (2, 1) and text[1, 0] == "gamma delta"
+
+
+def test_pickle_input_files_stay_trusted_and_may_hold_object_arrays(tmp_path):
+    path = tmp_path / "reviews.pkl"
+    path.write_bytes(pickle.dumps(np.array([["alpha beta"], ["zeta"]], dtype=object)))
+    (text,) = load_user_input(path, input_specs(text_model()))
+    assert text.shape == (2, 1) and text[0, 0] == "alpha beta"
+
+
+def test_read_then_check_is_load_user_input(tmp_path):
+    path = tmp_path / "data.npz"
+    np.savez(path, np.zeros((2, 8, 8, 3)), np.ones((2, 4)))
+    data = read_input_file(path)
+    assert isinstance(data, list) and [a.shape for a in data] == [(2, 8, 8, 3), (2, 4)]
+    image, extra = check_input_arrays(data, input_specs(branchy_model()), f"--input {path}")
+    assert image.dtype == np.float32 and extra.shape == (2, 4)
+
+
+def test_in_memory_arrays_are_checked_with_their_own_wording():
+    specs = input_specs(embedding_model())
+    (tokens,) = check_input_arrays(np.ones((3, 7), dtype="int64"), specs, "the input arrays")
+    assert tokens.dtype == np.int32
+    with pytest.raises(InputDataError, match=r"^the input arrays: array of shape \(3, 2\) does not fit"):
+        check_input_arrays(np.ones((3, 2)), specs, "the input arrays")
+    with pytest.raises(InputDataError, match=r"^the input arrays: holds 2 array"):
+        check_input_arrays([np.ones((3, 7)), np.ones((3, 7))], specs, "the input arrays")
+    declared: list = []
+    check_input_arrays({"a": np.ones((2, 3))}, declared, "the input arrays")
+    assert [(s.name, s.shape, s.keyed) for s in declared] == [("a", (3,), True)]

@@ -24,9 +24,10 @@ from conftest import FAST, _pickle, keras, layers, text_model
 
 jax = pytest.importorskip("jax", reason="JAX is not installed (pip install 'tbs[jax]')")
 
-from tbs import backend  # noqa: E402
+from tbs import backends as backend  # noqa: E402
 from tbs.cli import cli  # noqa: E402
-from tbs.jax_device import STRINGS_UNSUPPORTED, JaxDevice, discover  # noqa: E402
+from tbs.backends.jax.device import STRINGS_UNSUPPORTED, JaxDevice  # noqa: E402
+from tbs.backends.jax.discovery import discover  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

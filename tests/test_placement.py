@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from tbs.placement import (INFEASIBLE, Problem, Tensor, brute_force, is_chain, solve, solve_chain, solve_milp,
+from tbs.place.solvers import (INFEASIBLE, Problem, Tensor, brute_force, is_chain, solve, solve_chain, solve_milp,
                            solve_two_devices)
 
 
@@ -98,7 +98,7 @@ def test_layers_a_device_cannot_run_are_never_placed_there():
 
 
 def test_transfer_line_fit():
-    from tbs.transfers import fit_line
+    from tbs.measure.transfers import fit_line
 
     sizes = [1e3] * 3 + [1e6] * 3 + [1e7] * 3
     seconds = [1e-5 + 2e-10 * b for b in sizes]

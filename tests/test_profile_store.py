@@ -2,7 +2,11 @@ import json
 
 import pandas as pd
 
-from tbs.profile import MODEL_LAYER, ProfileStore, cell_key, load_profile, with_layer_sums
+from tbs.profiles.profile import load_profile, with_layer_sums
+from tbs.profiles.store import ProfileStore
+from tbs.schema import MODEL_LAYER, CellKey
+
+cell_key = CellKey.of
 
 
 def _row(layer, device="cpu:0", batch=8, median=1e-3):

@@ -7,8 +7,8 @@ import pytest
 from click.testing import CliRunner
 
 from tbs.cli import cli
-from tbs.profile import Profile
-from tbs.recommend import recommend
+from tbs.profiles.profile import Profile
+from tbs.place.recommend import recommend
 
 LAYERS = ["pre", "conv", "pool", "dense"]
 # seconds per batch of 8: the gpu wins conv and dense, the cpu wins pre and pool (ping-pong bait)
@@ -97,10 +97,11 @@ def test_replay_of_the_recorded_pass_computes_the_model():
     import numpy as np
 
     from conftest import branchy_model
-    from tbs.capture import capture, iter_tensors
-    from tbs.inputs import input_specs, structure_inputs, synthetic_batch
-    from tbs.tf_device import discover
-    from tbs.verify import dataflow, replay_fn
+    from tbs.backends.tensors import iter_tensors
+    from tbs.capture.recorder import capture
+    from tbs.load.inputs import input_specs, structure_inputs, synthetic_batch
+    from tbs.backends.tensorflow.discovery import discover
+    from tbs.place.verify import dataflow, replay_fn
 
     device = discover(tpu_timeout_s=0.1).devices[0]
     model = branchy_model()
@@ -118,8 +119,8 @@ def test_replay_of_the_recorded_pass_computes_the_model():
 
 
 def test_a_split_is_a_win_only_when_it_measures_better():
-    from tbs.stats import Summary
-    from tbs.verify import Verified, verdict
+    from tbs.measure.stats import Summary
+    from tbs.place.verify import Verified, verdict
 
     def v(placement, median, half):
         return Verified("x", placement, 1.0, Summary(10, median, median, median, median - half, median + half), "ok")

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from tbs.stats import median_ci_ranks, summarize
+from tbs.measure.stats import median_ci_ranks, summarize
 
 
 @pytest.mark.parametrize("n, ranks", [(10, (1, 8)), (20, (5, 14)), (100, (39, 60))])

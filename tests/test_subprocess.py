@@ -89,3 +89,27 @@ def test_recommend_verify_on_two_logical_devices(seq_pkl, tmp_path):
                              text=True, timeout=300,
                              env=dict(os.environ, TBS_LOGICAL_CPUS="1"))
     assert missing.returncode == 2 and "not on this machine" in missing.stderr
+
+
+def test_a_second_run_on_a_profile_being_measured_is_refused(seq_pkl, tmp_path):
+    """Two runs on one directory would measure the same cells under each other's load: the second stops."""
+    out = tmp_path / "p"
+    args = ["profile", seq_pkl, "--out", out, "--batch", "2,4,8,16,32,64", *FAST, "--max-cell-seconds", "5",
+            "--target-ci", "0.001"]  # minutes of measuring unless stopped: it is stopped below
+    first = subprocess.Popen(_tbs(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not (out / "summary.csv").exists():
+            time.sleep(0.1)
+        second = subprocess.run(_tbs(*args, "--resume"), capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2, second.stderr
+        assert f"is being measured by tbs process {first.pid}" in second.stderr
+        assert len(second.stderr.strip().splitlines()) == 1 and "Traceback" not in second.stderr
+        elsewhere = subprocess.run(_tbs("profile", seq_pkl, "--out", tmp_path / "q", "--batch", "2", *FAST),
+                                   capture_output=True, text=True, timeout=120)
+        assert elsewhere.returncode == 0, elsewhere.stderr
+        assert f"another tbs run is measuring on this machine (process {first.pid} measuring {out})" in elsewhere.stderr
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=120)
+    assert first.returncode == 130

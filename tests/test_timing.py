@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from conftest import keras
-from tbs.tf_device import discover
-from tbs.timing import HarnessOverhead, Interleaved, Interrupted, Measurement, Timer, TimingConfig
+from tbs.backends.tensorflow.discovery import discover
+from tbs.measure.timing import HarnessOverhead, Interleaved, Interrupted, Measurement, Timer, TimingConfig
 
 
 class ScriptedRunner:

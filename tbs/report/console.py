@@ -3,15 +3,39 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import pandas as pd
 
-from tbs.analysis import winner
-from tbs.profile import Profile, with_layer_sums
+from tbs.report.analysis import winner
+from tbs.profiles.profile import Profile, with_layer_sums
+from tbs.place.recommend import Recommendation, comparison, saving
+from tbs.place.verify import Verification
 from tbs.units import format_seconds, format_usd
 
 PER_MILLION = 1_000_000
+INACTIVE_MARK = "†"  # on the name of a layer that does nothing in the measured mode
+
+
+def inactive_layers(profile: Profile) -> list[str]:
+    """Layers that only pass their input through in the measured mode (older profiles: none)."""
+    return [layer["name"] for layer in profile.metadata.get("layers", []) if layer.get("inactive")]
+
+
+def training_command(profile: Profile) -> str | None:
+    """The command that measures this model in training, where inactive layers do their work."""
+    if profile.mode != "inference":
+        return None
+    path = profile.metadata.get("model", {}).get("path") or "MODEL"
+    out = f" --out {profile.directory}-training" if profile.directory.name else ""
+    return f"tbs profile {path} --training{out}"
+
+
+def inactive_meaning(profile: Profile) -> str:
+    """Why an inactive layer's time is only call overhead, and how to see what it costs in training."""
+    text = (f"{INACTIVE_MARK} inactive in {profile.mode}: the layer passes its input through unchanged in this mode "
+            "(Dropout, random augmentation), so its time is call overhead only.")
+    command = training_command(profile)
+    return text + (f" To see what it costs in training: {command}" if command else "")
 
 
 def _is_number(value: object) -> bool:
@@ -44,13 +68,15 @@ def batch_table(profile: Profile, batch_size: int) -> str:
     devices = sorted(summary["device"].unique()) if not summary.empty else []
     priced = summary["cost_per_sample_usd"].map(_is_number).any() if not summary.empty else False
     order = [layer["name"] for layer in profile.metadata.get("layers", [])]
+    inactive = set(inactive_layers(profile))
     rows = []
     for layer in order:
         cells = summary[summary["layer"] == layer]
         if cells.empty:
             continue
         (fastest, fast_tie), (cheapest, cheap_tie) = _best(cells, "time"), _best(cells, "cost")
-        line = {"layer": layer, "category": cells.iloc[0]["category"]}
+        name = f"{layer} {INACTIVE_MARK}" if layer in inactive else layer
+        line = {"layer": name, "category": cells.iloc[0]["category"]}
         for device in devices:
             cell = cells[cells["device"] == device]
             fast = ("~" if fast_tie else "*") if device in fastest else ""
@@ -79,6 +105,8 @@ def batch_table(profile: Profile, batch_size: int) -> str:
               if len(devices) > 1 else "[status] where not ok")
     table = pd.DataFrame(rows).to_string(index=False) if rows else "(nothing measured)"
     lines = [header, table, legend]
+    if inactive & set(summary["layer"]):
+        lines.append(inactive_meaning(profile))
     for _, m in (model.iterrows() if not model.empty else []):
         if _is_number(m.get("median_s")):
             lines.append(
@@ -96,10 +124,48 @@ def render(profile: Profile) -> str:
     return "\n\n".join(batch_table(profile, b) for b in batches)
 
 
-def comparison_table(rec: Any) -> list[dict[str, str]]:
+def comparison_table(rec: Recommendation) -> list[dict[str, str]]:
     """Totals per sample, formatted for people (console and HTML)."""
-    from tbs.recommend import comparison
-
     return [{"placement": row["name"], "time / sample": format_seconds(row["seconds_per_sample"]),
              "cost / 1M samples": "no price" if row["usd_per_1m_samples"] is None else format_usd(row["usd_per_1m_samples"])}
             for row in comparison(rec)]
+
+
+def recommendation_text(rec: Recommendation) -> str:
+    """The placement per layer, the totals against single devices, the saving and the frontier."""
+    batch = rec.inputs.batch_size
+    layers = rec.placement
+    layers["time / sample"] = layers.pop("seconds_per_sample").map(format_seconds)
+    layers["cost / sample"] = layers.pop("usd_per_sample").map(format_usd)
+    layers["transfer in"] = layers.pop("transfer_in_seconds_per_sample").map(format_seconds)
+    gain = saving(rec)
+    lines = [f"Placement for batch {batch}: minimise {rec.objective} ({rec.billing} billing), {rec.method}; "
+             "times predicted from the profile",
+             layers.to_string(index=False), "", pd.DataFrame(comparison_table(rec)).to_string(index=False)]
+    if gain:
+        text = f"Saving against the best single device ({gain['best_single_device']}): {gain['saving_fraction']:.1%}"
+        if "saving_usd_per_1m_samples" in gain:
+            text += f", {format_usd(gain['saving_usd_per_1m_samples'])} per 1M samples"
+        lines += ["", text]
+    if rec.frontier:
+        lines += ["", "Cost-latency frontier (per sample): " + "; ".join(
+            f"{format_seconds(e.per_sample(batch)['seconds_per_sample'])} at "
+            f"{format_usd(e.per_sample(batch)['usd_per_1m_samples'])}/1M" for e in rec.frontier)]
+    if rec.verification is not None:
+        lines.append(verification_text(rec.verification))
+    return "\n".join(lines)
+
+
+def verification_text(ver: Verification) -> str:
+    """Predicted against measured per placement, where the ops really ran, and the verdict."""
+    rows = [{"placement": r["placement"], "predicted / sample": format_seconds(r["predicted_seconds_per_sample"]),
+             "measured / sample": format_seconds(r["measured_seconds_per_sample"]),
+             "95% CI": f"{format_seconds(r['ci_low_seconds_per_sample'])} – {format_seconds(r['ci_high_seconds_per_sample'])}",
+             "error": f"{r['relative_error']:+.1%}", "status": r["status"]}
+            for r in ver.table.to_dict("records")]
+    return "\n".join([
+        "", f"Verified by running it (batch {ver.batch_size}, from host inputs, interleaved rounds):",
+        pd.DataFrame(rows).to_string(index=False),
+        f"{ver.placed_right} of {ver.layers} layers ran their ops on the device they were placed on.",
+        f"Verdict: {ver.verdict} (best single device measured: {ver.best_single.name}).",
+    ])

@@ -16,8 +16,13 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from tbs.analysis import crossovers, winner, winners, with_intervals
-from tbs.profile import Profile, with_layer_sums
+from tbs.place.recommend import Recommendation
+from tbs.profiles.profile import Profile, with_layer_sums
+from tbs.report.analysis import crossovers, winner, winners, with_intervals
+from tbs.report.console import INACTIVE_MARK, comparison_table, inactive_layers, training_command
+from tbs.report.figures import (View, heatmap_figure, layer_stack, missing_cells, scaling_figure, spread_figure,
+                                stacked_figure, whole_model)
+from tbs.schema import USABLE
 from tbs.units import format_seconds, format_usd
 
 PER_MILLION = 1_000_000
@@ -29,6 +34,7 @@ STATUS_COLORS = {"ok": "#2e7d32", "noisy": "#b26a00", "oom": "#c62828", "error":
 class ReportData:
     profile: Profile
     samples_workload: int | None = None
+    recommendation: Recommendation | str | None = None  # solved by the caller, or why there is none
 
     @property
     def summary(self) -> pd.DataFrame:
@@ -55,6 +61,10 @@ class ReportData:
         s = self.profile.summary
         return sorted(s[s["usd_per_hour"].notna()]["device"].unique()) if len(s) else []
 
+    @property
+    def view(self) -> View:
+        return View(self.layers, self.profile.mode, set(inactive_layers(self.profile)), self.devices)
+
 
 def _esc(value: object) -> str:
     return html.escape("" if value is None else str(value))
@@ -65,8 +75,11 @@ def _num(value: object) -> bool:
 
 
 def _figure(fig: go.Figure) -> str:
+    """The page's defaults (height, margins, legend on top) where the figure did not set its own."""
+    own = {k: v for k, v in fig.layout.to_plotly_json().items() if k in ("height", "margin", "legend")}
     fig.update_layout(template="plotly_white", margin=dict(l=60, r=20, t=50, b=60), height=460,
                       legend=dict(orientation="h", y=1.08, x=0))
+    fig.update_layout(**own)
     return fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False, "responsive": True})
 
 
@@ -83,6 +96,18 @@ def _table(frame: pd.DataFrame, status_column: str | None = None) -> str:
             cells.append(f"<td{style}>{_esc(value)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+
+
+def _inactive_note(data: ReportData) -> str:
+    """The one explanation of the † mark, naming the layers (nothing when none is inactive)."""
+    names = inactive_layers(data.profile)
+    if not names:
+        return ""
+    command = training_command(data.profile)
+    return (f'<p class="note inactive"><b>{INACTIVE_MARK} {_esc(", ".join(names))}</b>: inactive in '
+            f'{_esc(data.profile.mode)}. These layers pass their input through unchanged in this mode (Dropout, '
+            'random augmentation), so their time is call overhead only.'
+            + (f' To see what they cost in training: <code>{_esc(command)}</code>' if command else "") + '</p>')
 
 
 # ----- sections ---------------------------------------------------------------------------------
@@ -128,40 +153,54 @@ batch sizes {', '.join(map(str, data.batches))}.</p>
 Σ layers / whole near 1 means the per-layer numbers add up to the compiled model.</p>"""
 
 
-def _bars(data: ReportData, batch: int, objective: str) -> go.Figure:
-    s = data.summary
-    s = s[(s["batch_size"] == batch) & s["status"].isin(["ok", "noisy", "cpu-fallback"])]
-    fig = go.Figure()
-    column = "per_sample_s" if objective == "time" else "cost_per_sample_usd"
-    low, high = (("p25_s", "p75_s") if objective == "time" else ("p25_s", "p75_s"))
-    devices = data.devices if objective == "time" else data.priced_devices
-    for device in devices:
-        rows = s[s["device"] == device].set_index("layer").reindex(data.layers).dropna(subset=[column])
-        scale = rows[column] / rows["median_s"].where(rows["median_s"] > 0)
-        err_plus = (rows[high] * scale - rows[column]).clip(lower=0)
-        err_minus = (rows[column] - rows[low] * scale).clip(lower=0)
-        fig.add_bar(
-            name=device, x=list(rows.index), y=list(rows[column]),
-            error_y=dict(type="data", array=list(err_plus.fillna(0)), arrayminus=list(err_minus.fillna(0))),
-            customdata=list(zip(rows["p25_s"] / batch, rows["p75_s"] / batch, rows["n"], rows["status"],
-                                rows["cost_per_sample_usd"])),
-            hovertemplate=(f"<b>%{{x}}</b><br>{device}, batch {batch}<br>median %{{y:.3s}}"
-                           + (" s" if objective == "time" else " USD")
-                           + "<br>IQR %{customdata[0]:.3s}–%{customdata[1]:.3s} s/sample<br>n=%{customdata[2]}"
-                           "  %{customdata[3]}<br>cost/sample %{customdata[4]:.3s} USD<extra></extra>"),
-        )
-    title = "time per sample (s, log)" if objective == "time" else "cost per sample (USD, log)"
-    fig.update_layout(barmode="group", title=f"Batch {batch}: {title}, bars = median, whiskers = 25–75%",
-                      yaxis=dict(type="log", title=title), xaxis=dict(tickangle=-45))
-    return fig
+def section_where(data: ReportData) -> str:
+    """Linear stacked bars per batch: a bar's length is the sum of its layers, ◆ the whole model."""
+    view, model, parts = data.view, data.model, ['<h2 id="where">Where the time and the money go</h2>']
+    parts.append('<p class="note">One bar per device; each segment is one layer\'s median time (or cost) per '
+                 'sample on that device, in model order, on a linear axis: the bar\'s length is the sum of the '
+                 'layers (Σ). ◆ is the whole model measured as one compiled call; Σ above ◆ is what running the '
+                 'layers one by one adds (dispatch, lost fusion). Only measured cells are summed.</p>')
+    unpriced = [d for d in data.devices if d not in data.priced_devices]
+    for batch in data.batches:
+        for objective in ("time", "cost") if data.priced_devices else ("time",):
+            devices = data.devices if objective == "time" else data.priced_devices
+            stack = layer_stack(data.summary, view, devices, batch, objective)
+            fig = stacked_figure(stack, whole_model(model, batch, objective),
+                                 missing_cells(data.summary, stack, batch), view, batch, objective)
+            parts.append(_figure(fig))
+    if not data.priced_devices:
+        parts.append('<p class="note">No device has a price, so no cost bars: pass --cost to tbs report.</p>')
+    elif unpriced:
+        parts.append(f'<p class="note">Left out of the cost bars (no price, not $0): {_esc(", ".join(unpriced))}. '
+                     'Pass --cost to tbs report to price them.</p>')
+    return "\n".join(parts) + _inactive_note(data)
+
+
+def section_relative(data: ReportData) -> str:
+    """Layers x devices heatmaps: how far each device is from the best one for that layer."""
+    view, parts = data.view, ['<h2 id="relative">Each layer against its best device</h2>']
+    parts.append('<p class="note">1.0 (green) is the best device for the layer at that batch size; 3.0 is three '
+                 'times slower (or, among priced devices, dearer). Grey: not measured. The hover gives the absolute '
+                 'value. Close ratios may be noise: see <a href="#winners">Best device per layer</a> for ties.</p>')
+    if len(data.devices) < 2:
+        return parts[0] + '<p class="note">One device profiled: nothing to compare. Profile two or more.</p>'
+    for batch in data.batches:
+        stacks = {"time": layer_stack(data.summary, view, data.devices, batch, "time")}
+        if len(data.priced_devices) > 1:
+            stacks["cost"] = layer_stack(data.summary, view, data.priced_devices, batch, "cost")
+        parts.append(_figure(heatmap_figure(stacks, view, batch)))
+    return "\n".join(parts)
 
 
 def section_per_batch(data: ReportData) -> str:
-    parts = ['<h2 id="layers">Per-layer time and cost per sample</h2>']
+    """The log-axis view: the spread of layer times over orders of magnitude, with whiskers."""
+    parts = ['<h2 id="layers">Spread per layer (log scale)</h2>',
+             '<p class="note">Log axis: compare heights by orders of magnitude, not by length '
+             '(<a href="#where">Where the time goes</a> shows lengths that add up).</p>']
     for batch in data.batches:
-        parts.append(_figure(_bars(data, batch, "time")))
+        parts.append(_figure(spread_figure(data.summary, data.view, data.devices, batch, "time")))
         if data.priced_devices:
-            parts.append(_figure(_bars(data, batch, "cost")))
+            parts.append(_figure(spread_figure(data.summary, data.view, data.priced_devices, batch, "cost")))
     if not data.priced_devices:
         parts.append('<p class="note">No device has a price: pass --cost to see cost per sample.</p>')
     return "\n".join(parts)
@@ -169,47 +208,10 @@ def section_per_batch(data: ReportData) -> str:
 
 def section_batch_scaling(data: ReportData) -> str:
     s = data.summary
-    s = s[s["status"].isin(["ok", "noisy", "cpu-fallback"])]
-    if len(data.batches) < 2 or s.empty:
+    if len(data.batches) < 2 or not s["status"].isin(USABLE).any():
         return ('<h2 id="scaling">Time per sample against batch size</h2>'
                 '<p class="note">Profile at two or more batch sizes to see how each layer scales.</p>')
-    fig = go.Figure()
-    traces_per_layer = []
-    colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
-    heaviest = s.groupby("layer")["per_sample_s"].max().reindex(data.layers).fillna(0).idxmax()
-    for li, layer in enumerate(data.layers):
-        count = 0
-        for di, device in enumerate(data.devices):
-            rows = s[(s["layer"] == layer) & (s["device"] == device)].sort_values("batch_size")
-            if rows.empty:
-                continue
-            color = colors[di % len(colors)]
-            visible = layer == heaviest
-            x = list(rows["batch_size"])
-            fig.add_scatter(x=x + x[::-1], y=list(rows["p75_s"] / rows["batch_size"])
-                            + list((rows["p25_s"] / rows["batch_size"])[::-1]),
-                            fill="toself", fillcolor=color, opacity=0.2, line=dict(width=0), hoverinfo="skip",
-                            showlegend=False, visible=visible, name=f"{device} 25–75%")
-            fig.add_scatter(x=x, y=list(rows["per_sample_s"]), mode="lines+markers", name=device,
-                            line=dict(color=color), visible=visible,
-                            customdata=list(zip(rows["n"], rows["status"])),
-                            hovertemplate=f"{layer}<br>{device}, batch %{{x}}<br>median %{{y:.3s}} s/sample"
-                                          "<br>n=%{customdata[0]} %{customdata[1]}<extra></extra>")
-            count += 2
-        traces_per_layer.append(count)
-    buttons, start = [], 0
-    total = sum(traces_per_layer)
-    for layer, count in zip(data.layers, traces_per_layer):
-        visible = [False] * total
-        visible[start:start + count] = [True] * count
-        buttons.append(dict(label=layer, method="update", args=[{"visible": visible},
-                                                                  {"title": f"{layer}: time per sample"}]))
-        start += count
-    fig.update_layout(title=f"{heaviest}: time per sample (pick a layer on the right)",
-                      xaxis=dict(type="log", title="batch size"),
-                      yaxis=dict(type="log", title="seconds per sample (median, 25–75% band)"),
-                      updatemenus=[dict(buttons=buttons, x=1.0, xanchor="right", y=1.18, yanchor="top",
-                                        active=data.layers.index(heaviest))])
+    fig = scaling_figure(s, data.view, data.devices)
     changes = crossovers(winners(data.summary, "time"))
     note = ("".join(f"<li><b>{_esc(c['layer'])}</b>: best device changes from {_esc(c['from_device'])} to "
                     f"{_esc(c['to_device'])} between batch {c['between'][0]} and {c['between'][1]}</li>"
@@ -229,6 +231,7 @@ def section_model_cost(data: ReportData) -> str:
     for device in sorted(frame["device"].unique()):
         rows = frame[frame["device"] == device].sort_values("batch_size")
         fig.add_scatter(x=list(rows["batch_size"]), y=list(rows[what]), mode="lines+markers", name=device,
+                        line=dict(color=data.view.color(device)),
                         hovertemplate=f"{device}<br>batch %{{x}}<br>%{{y:.3s}}<extra></extra>")
     label = "whole model: cost per sample (USD)" if what == "cost_per_sample_usd" else "whole model: time per sample (s)"
     fig.update_layout(title=label, xaxis=dict(type="log", title="batch size"), yaxis=dict(type="log", title=label))
@@ -261,36 +264,26 @@ def section_winners(data: ReportData) -> str:
             continue
         pivot = table.pivot(index="layer", columns="batch_size", values="label").reindex(data.layers).dropna(how="all")
         pivot.columns = [f"batch {b}" for b in pivot.columns]
+        pivot.index = pivot.index.map(data.view.label)
         parts.append(f"<h3>{'Fastest' if objective == 'time' else 'Cheapest'}</h3>"
                      + _table(pivot.reset_index()))
     return "\n".join(parts)
 
 
 def section_placement(data: ReportData) -> str:
-    """The recommender's answer for the largest batch: placement, saving, cost-latency frontier."""
-    from tbs.errors import TbsError
-    from tbs.recommend import recommend
-
+    """The recommender's answer (solved by the caller, never here): placement, saving, frontier."""
     head = '<h2 id="placement">Recommended placement</h2>'
-    if len(data.devices) < 2:
-        return head + '<p class="note">One device profiled: nothing to place. Profile two or more devices.</p>'
-    programs = {(str((e.get("host") or {}).get("hostname")), e.get("backend") or "tensorflow")
-                for e in data.profile.metadata.get("environments") or []}
-    if len(programs) > 1:
-        return head + ('<p class="note">These profiles come from different machines or backends, and a '
-                       'placement splits one model inside one program on one machine: run <code>tbs recommend'
-                       '</code> on each profile directory. The sections above compare them layer by layer.</p>')
-    objective = "cost" if data.priced_devices else "time"
-    try:
-        rec = recommend(data.profile, objective=objective)
-    except TbsError as exc:
-        return head + f'<p class="note">No recommendation: {_esc(exc)}</p>'
+    rec = data.recommendation
+    if rec is None:
+        return head + ('<p class="note">No placement was computed for this report: run <code>tbs recommend '
+                       f'{_esc(data.profile.directory)}</code>.</p>')
+    if isinstance(rec, str):  # why there is none
+        return head + f'<p class="note">{_esc(rec)}</p>'
+    objective = rec.objective
     batch = rec.inputs.batch_size
     rows = [{"layer": l, "device": rec.chosen.placement[l],
              "time / sample": format_seconds(rec.inputs.seconds[(l, rec.chosen.placement[l])] / batch)}
             for l in rec.inputs.layers]
-    from tbs.report.console import comparison_table
-
     totals = comparison_table(rec)
     fig = go.Figure()
     if rec.frontier:
@@ -303,7 +296,7 @@ def section_placement(data: ReportData) -> str:
                                 mode="markers", marker=dict(size=11, symbol="diamond"), name=e.name)
         fig.update_layout(title=f"Cost–latency frontier at batch {batch}",
                           xaxis=dict(title="seconds per sample"), yaxis=dict(title="USD per 1M samples"))
-    return (f"{head}<p>Batch {batch}, minimising {objective} (metered billing), {_esc(rec.method)}; "
+    return (f"{head}<p>Batch {batch}, minimising {objective} ({_esc(rec.billing)} billing), {_esc(rec.method)}; "
             f"transfers between devices included. Predicted from the profile: check it with "
             f"<code>tbs recommend {_esc(data.profile.directory)} --verify</code>.</p>"
             f"{_table(pd.DataFrame(totals))}{_table(pd.DataFrame(rows))}"
@@ -321,6 +314,10 @@ def section_cells(data: ReportData) -> str:
     cols = ["layer", "layer_type", "category", "device", "batch_size", "status", "n", "time / sample",
             "IQR / sample", "cost / 1M", "reason"]
     s["reason"] = [r if isinstance(r, str) else "" for r in s["reason"]]
+    inactive = data.view.inactive
+    s["reason"] = [f"{INACTIVE_MARK} inactive in {data.profile.mode}: passes its input through. {r}".strip()
+                   if layer in inactive else r for layer, r in zip(s["layer"], s["reason"])]
+    s["layer"] = s["layer"].map(data.view.label)
     return f'<h2 id="cells">Every cell</h2>{_table(s[cols], "status")}'
 
 
@@ -349,10 +346,16 @@ def section_environment(data: ReportData) -> str:
             f'<pre>{_esc(json.dumps(prices, indent=2, default=str))}</pre>')
 
 
+# What users look at first comes first: the summary, then where the time goes and each layer's best device.
 SECTIONS: list[Callable[[ReportData], str]] = [
-    section_summary, section_per_batch, section_batch_scaling, section_model_cost, section_winners,
-    section_placement, section_cells, section_not_measured, section_environment,
+    section_summary, section_where, section_relative, section_per_batch, section_batch_scaling,
+    section_model_cost, section_winners, section_placement, section_cells, section_not_measured,
+    section_environment,
 ]
+NAV = [("summary", "Summary"), ("where", "Where the time goes"), ("relative", "Against the best"),
+       ("layers", "Spread (log)"), ("scaling", "Batch size"), ("model", "Whole model"), ("winners", "Winners"),
+       ("placement", "Placement"), ("cells", "Every cell"), ("missing", "Not measured"),
+       ("environment", "Environment")]
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:1200px;padding:16px 24px;color:#222}
@@ -360,17 +363,18 @@ h1{font-size:1.6em;margin-bottom:0} h2{border-bottom:1px solid #ddd;padding-bott
 table{border-collapse:collapse;font-size:.85em} th,td{border:1px solid #e0e0e0;padding:3px 8px;text-align:left}
 th{background:#f5f5f5;position:sticky;top:0} .scroll{max-height:480px;overflow:auto}
 .note{color:#555;font-size:.9em} pre{background:#f7f7f7;padding:8px;font-size:.8em;overflow:auto}
-nav a{margin-right:14px}
+nav a{margin-right:14px} code{white-space:nowrap}
+.inactive{background:#fff8e1;padding:6px 10px;border-left:3px solid #b26a00}
 """
 
 
-def render(profile: Profile, samples_workload: int | None = None) -> str:
-    data = ReportData(profile, samples_workload)
+def render(profile: Profile, samples_workload: int | None = None,
+           recommendation: Recommendation | str | None = None) -> str:
+    """The self-contained HTML page; ``recommendation`` is a solved placement, or why there is none."""
+    data = ReportData(profile, samples_workload, recommendation)
     body = "\n".join(section(data) for section in SECTIONS)
     title = f"tbs report: {profile.metadata.get('model', {}).get('name', '')}"
-    nav = " ".join(f'<a href="#{a}">{t}</a>' for a, t in (
-        ("summary", "Summary"), ("layers", "Layers"), ("scaling", "Batch size"), ("model", "Whole model"),
-        ("winners", "Winners"), ("placement", "Placement"), ("cells", "Every cell"), ("missing", "Not measured"), ("environment", "Environment")))
+    nav = " ".join(f'<a href="#{anchor}">{_esc(text)}</a>' for anchor, text in NAV)
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_esc(title)}</title>"
             f"<style>{STYLE}</style><script type='text/javascript'>{get_plotlyjs()}</script></head>"
             f"<body><h1>{_esc(title)}</h1><nav>{nav}</nav>{body}</body></html>")

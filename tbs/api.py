@@ -1,0 +1,265 @@
+"""The Python API: every tbs command as a call that returns a result object.
+
+``profile`` measures and returns a ``Profile``; ``load`` reads saved profiles
+(merged, re-priced); ``recommend`` places layers on devices (and can run the
+placement for real); ``render`` turns results into text, HTML, JSON or CSV;
+``devices`` says what is here and why the rest is missing. The CLI is a thin
+layer over these. Arguments are checked before anything slow is imported, and
+every mistake is a ``TbsError`` with one line naming the bad value and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import pandas as pd
+
+from tbs import backends
+from tbs.backends.base import Device, parse_device_tokens
+from tbs.cost.prices import load_price_file, parse_prices, parse_spot
+from tbs.cost.reprice import reprice, row_pricer
+from tbs.errors import ProfileError, TbsError, TbsWarning
+from tbs.measure.timing import Interrupted, TimingConfig
+from tbs.place.recommend import Recommendation
+from tbs.profiles.merge import merge_profiles
+from tbs.profiles.profile import Profile, load_profile
+from tbs.profiles.store import ProfileStore, finalize
+from tbs.progress import reporter
+from tbs.report.base import render as _render
+from tbs.place.verify import Verification, verify_recommendation
+from tbs.run import Run, RunOptions, check_batch_sizes, custom_object_dict
+
+__all__ = ["profile", "load", "recommend", "verify", "render", "devices", "placement_for_report"]
+
+PathLike = str | os.PathLike
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, TbsWarning, stacklevel=3)
+
+
+def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Sequence[str] | None = None,
+            prices: str | Mapping[str, float] | None = None, *, training: bool = False, backend: str | None = None,
+            input: Any = None, custom_objects: Any = None, out: PathLike | None = None, resume: bool = False,
+            timing: TimingConfig | None = None, xla: bool = False, seed: int = 0, safe_mode: bool = True,
+            progress: Any = "auto", report: bool = True) -> Profile:
+    """Time every layer of ``model`` on each device and batch size; returns the Profile.
+
+    ``model`` is a .pkl/.pickle/.keras path or an in-memory ``keras.Model`` (copied once
+    per device, in memory). ``input`` is a .npy/.npz/.pkl path or arrays (one array, a
+    list, or a dict by input name). ``custom_objects`` is .py paths or a dict of classes.
+    ``out=None`` measures into a temporary directory (``Profile.save`` keeps it).
+    Ctrl-C stops after the current sample and returns what was measured, marked
+    ``interrupted`` (``resume=True`` finishes it); a second Ctrl-C stops at once.
+    """
+    options = RunOptions(
+        model=model, batch_sizes=check_batch_sizes(batch_sizes), device_tokens=_device_tokens(devices),
+        prices=_prices(prices), training=training, backend=backend, input=input, custom_objects=custom_objects,
+        out=Path(out) if out is not None else None, resume=resume, timing=timing or TimingConfig(), xla=xla,
+        seed=seed, safe_mode=safe_mode)
+    run = Run(options, reporter(progress), warn=_warn)
+    run.prepare()
+    directory = run.directory or Path(tempfile.mkdtemp(prefix=f"tbs-{run.model_name}-"))
+    store = ProfileStore(directory)
+    store.lock()
+    try:
+        interrupted = _measure(run, store)
+        if not interrupted:
+            finalize(store)
+    finally:
+        store.unlock()
+    result = load_profile(directory)
+    if report and not interrupted:
+        (directory / "report.html").write_text(render(result, "html", recommendation=placement_for_report(result)),
+                                               encoding="utf-8")
+    return result
+
+
+def _measure(run: Run, store: ProfileStore) -> bool:
+    """Measure into ``store``; returns whether Ctrl-C stopped it (what was measured is kept)."""
+    stop = {"requested": False}
+
+    def request_stop() -> None:
+        stop["requested"] = True
+        run.reporter.note("\ntbs: stopping after the current sample (Ctrl-C again to stop at once) ...")
+
+    run.start(store)  # refusals (an unfinished profile without --resume) leave the directory as it was
+    previous = _install_interrupt_handler(request_stop)
+    started = time.perf_counter()
+    try:
+        run.measure(store, should_stop=lambda: stop["requested"])
+    except TbsError as exc:  # e.g. the forward pass fails on the data: nothing to resume
+        run.reporter.finish()
+        store.update_metadata(status="failed", error=str(exc))
+        raise
+    except (Interrupted, KeyboardInterrupt) as exc:
+        run.reporter.finish()
+        store.update_metadata(status="interrupted", elapsed_s=time.perf_counter() - started)
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return True
+    finally:
+        run.close()
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    store.update_metadata(finished=run.now(), elapsed_s=time.perf_counter() - started)
+    return False
+
+
+def _install_interrupt_handler(on_first: Callable[[], None]) -> Any:
+    """First Ctrl-C: finish the current sample and stop cleanly. Second: stop at once (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    state = {"count": 0}
+
+    def handler(signum: int, frame: Any) -> None:
+        state["count"] += 1
+        if state["count"] == 1:
+            on_first()
+        else:
+            raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGINT, handler)
+
+
+def _device_tokens(devices: str | Sequence[str] | None) -> list[str] | None:
+    if devices is None:
+        return None
+    return parse_device_tokens(devices if isinstance(devices, str) else ",".join(map(str, devices)))
+
+
+def _prices(prices: str | Mapping[str, Any] | None) -> dict[str, float]:
+    """Prices as text ('cpu=0.5,gpu=3') or a mapping (values as numbers or the same text forms)."""
+    if prices is None:
+        return {}
+    if isinstance(prices, str):
+        return parse_prices(prices)
+    if not isinstance(prices, Mapping):
+        raise TbsError(f"prices={prices!r}: give a dict such as {{'cpu': 0.5, 'gpu': 3}} or text 'cpu=0.5,gpu=3'")
+    return parse_prices(",".join(f"{key}={value}" for key, value in prices.items())) if prices else {}
+
+
+def load(*directories: PathLike, prices: str | Mapping[str, float] | None = None,
+         spot: str | Mapping[str, float] | None = None, price_file: PathLike | None = None) -> Profile:
+    """Saved profiles, merged into one (devices named by host and backend), re-priced if prices are given."""
+    if not directories:
+        raise TbsError("give at least one profile directory, e.g. tbs report profiles/cnn_flowers")
+    loaded = []
+    for directory in directories:
+        if not Path(directory).is_dir():
+            raise ProfileError(f"profile directory '{directory}' does not exist; run tbs profile first")
+        loaded.append(load_profile(Path(directory)))
+    result = merge_profiles(loaded)
+    table, sources = load_price_file(str(price_file)) if price_file is not None else ({}, {})
+    table.update(_prices(prices))
+    discounts = parse_spot(spot) if isinstance(spot, str) else dict(spot or {})
+    if table or discounts:
+        if not table:  # a discount alone applies to the prices recorded when profiling
+            table = dict(result.metadata.get("prices_usd_per_hour") or {})
+        result = reprice(result, table, discounts)
+        result.metadata["price_sources"] = sources
+    return result
+
+
+def _as_profile(profile: Profile | PathLike) -> Profile:
+    return profile if isinstance(profile, Profile) else load(profile)
+
+
+def recommend(profile: Profile | PathLike, objective: str = "cost", *, batch_size: int | None = None,
+              billing: str = "metered", max_latency_ms: float | None = None, budget_usd_per_1m: float | None = None,
+              prices: str | Mapping[str, float] | None = None, spot: str | Mapping[str, float] | None = None,
+              verify: bool = False, custom_objects: Any = None, safe_mode: bool = True) -> Recommendation:
+    """Which device each layer should run on, transfers included (exact), against every single device.
+
+    ``verify=True`` runs the placement and the single devices for real on this machine
+    (``rec.verification``): a split counts as a win only when it measures better.
+    """
+    from tbs.place.recommend import recommend as solve
+
+    if objective not in ("cost", "time"):
+        raise TbsError(f"objective '{objective}': choose cost or time")
+    if billing not in ("metered", "dedicated"):
+        raise TbsError(f"billing '{billing}': choose metered or dedicated")
+    chosen = _as_profile(profile)
+    if prices is not None or spot is not None:
+        base = dict(chosen.metadata.get("prices_usd_per_hour") or {})
+        base.update(_prices(prices))
+        chosen = reprice(chosen, base, parse_spot(spot) if isinstance(spot, str) else dict(spot or {}))
+    rec = solve(chosen, objective, batch_size, billing, max_latency_ms, budget_usd_per_1m)
+    if verify:
+        rec.verification = verify_recommendation(chosen, rec, custom_object_dict(custom_objects), safe_mode)
+    return rec
+
+
+def verify(profile: Profile | PathLike, recommendation: Recommendation, *, custom_objects: Any = None,
+           safe_mode: bool = True) -> Verification:
+    """Run a recommended placement and every single device for real, on this machine; predicted vs measured.
+
+    Needs the profiled model file, the same devices (``TBS_LOGICAL_CPUS`` as when
+    profiling), and the profile's backend not yet replaced by another in this process.
+    """
+    return verify_recommendation(_as_profile(profile), recommendation, custom_object_dict(custom_objects), safe_mode)
+
+
+def placement_for_report(profile: Profile) -> Recommendation | str:
+    """The report's placement (cost when priced, else time), or why a report cannot show one."""
+    devices = sorted(profile.summary["device"].dropna().unique()) if len(profile.summary) else []
+    if len(devices) < 2:
+        return "One device profiled: nothing to place. Profile two or more devices."
+    programs = {(str((e.get("host") or {}).get("hostname")), e.get("backend") or "tensorflow")
+                for e in profile.metadata.get("environments") or []}
+    if len(programs) > 1:
+        return ("These profiles come from different machines or backends, and a placement splits one model "
+                "inside one program on one machine: run tbs recommend on each profile directory. "
+                "The sections above compare them layer by layer.")
+    priced = len(profile.summary) and profile.summary["usd_per_hour"].notna().any()
+    try:
+        return recommend(profile, "cost" if priced else "time")
+    except TbsError as exc:
+        return f"No recommendation: {exc}"
+
+
+def render(profile: Profile | PathLike | None, fmt: str = "text", *, recommendation: Recommendation | str | None = None,
+           samples: int | None = None) -> str:
+    """``fmt``: text, html (self-contained), json or csv. Returns the text; nothing is measured or solved."""
+    return _render(None if profile is None else _as_profile(profile), fmt, recommendation, samples)
+
+
+def devices(backend: str | Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per device found, and per kind or backend missing with the reason.
+
+    Columns: backend, device, kind, description, memory_bytes, available, reason.
+    """
+    names = [backend] if isinstance(backend, str) else list(backend or backends.BACKENDS)
+    for name in names:
+        backends.check(name)
+    backends.prepare_discovery()
+    rows: list[dict[str, Any]] = []
+    for name in names:
+        missing = backends.installed(name)
+        try:
+            found = None if missing else backends.discover(name)
+        except Exception as exc:  # a broken install is a reason, not a crash
+            missing = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            found = None
+        if found is None:
+            rows.append(dict(backend=name, device=None, kind=None, available=False, reason=missing))
+            continue
+        rows += [_device_row(name, d) for d in found.devices]
+        rows += [dict(backend=name, device=None, kind=kind, available=False, reason=reason)
+                 for kind, reason in found.missing.items()]
+    columns = ["backend", "device", "kind", "description", "memory_bytes", "available", "reason"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _device_row(backend: str, device: Device) -> dict[str, Any]:
+    return dict(backend=backend, device=device.name, kind=device.kind, description=device.description,
+                memory_bytes=device.memory_bytes, available=True, reason=None)
+

@@ -1,0 +1,137 @@
+"""The Device interface every backend implements, and choosing devices from what was found.
+
+Everything device-specific (where data lives, how a call is compiled and
+repeated, how to wait for the device) sits behind Device, so a new backend or
+device kind is one new class.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from tbs.errors import DeviceError, TbsError
+
+_TOKEN = re.compile(r"^(cpu|gpu|tpu)(:\d+)?$")
+
+
+class Device(ABC):
+    """One place a layer can run."""
+
+    backend: str = ""  # set by each backend's Device
+
+    def __init__(self, kind: str, index: int, description: str = "", memory_bytes: int | None = None) -> None:
+        self.kind = kind  # "cpu" | "gpu" | "tpu"
+        self.index = index
+        self.name = f"{kind}:{index}"  # e.g. "cpu:0", "gpu:1"
+        self.description = description
+        self.memory_bytes = memory_bytes
+
+    @abstractmethod
+    def scope(self) -> AbstractContextManager:
+        """Context in which new variables and ops land on this device."""
+
+    @abstractmethod
+    def place(self, structure: Any) -> Any:
+        """Copy every array/tensor in ``structure`` onto this device."""
+
+    @abstractmethod
+    def compile_blocked(self, call: Callable[..., Any], tensors: list[Any], jit: bool,
+                        variables: Sequence[Any] = ()) -> Callable[[int], None]:
+        """A compiled runner: ``runner(n)`` calls ``call(*tensors)`` n times on the device and waits for it.
+
+        ``variables`` are the Keras variables ``call`` reads: a backend that compiles
+        pure functions (JAX) passes their values in as arguments.
+        """
+
+    @abstractmethod
+    def sync(self) -> None:
+        """Wait until all work queued on this device has finished."""
+
+    @abstractmethod
+    def run_placed(self, call: Any, args: tuple, kwargs: dict) -> Any:
+        """Run one recorded layer call here, inside a replayed forward pass (verifying a placement)."""
+
+    @abstractmethod
+    def replay_runner(self, replay: Callable[..., Any], tensors: list[Any]) -> Callable[[int], None]:
+        """``runner(n)``: run a replayed forward pass n times, one after another, and wait for it."""
+
+    @abstractmethod
+    def ran_here(self, call: Any) -> bool:
+        """Whether the call's work, as captured on this device, really stayed on it."""
+
+    def harness(self, jit: bool) -> Callable[[int], None]:
+        """An empty compiled loop on this device: what the timing harness itself costs."""
+        return self.compile_blocked(lambda x: x, [self.place(np.ones((), np.float32))], jit)
+
+    def capture_context(self) -> AbstractContextManager:
+        """Context for the eager capture pass on this device (a backend may relax Keras's input checks)."""
+        return nullcontext()
+
+    def watch_ops(self) -> AbstractContextManager[dict[str, set[str]]]:
+        """Context recording, per op type, where the eager ops inside it ran (empty where not observable)."""
+        return nullcontext({})
+
+    def unsupported_reason(self, tensors: Sequence[Any]) -> str | None:
+        """Why a call reading or writing these tensors cannot run on this device (None: it can)."""
+        return None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "description": self.description,
+            "memory_bytes": self.memory_bytes,
+            "backend": self.backend,
+        }
+
+
+@dataclass
+class Discovery:
+    """Devices found, and for each kind with none, why."""
+
+    devices: list[Device]
+    missing: dict[str, str] = field(default_factory=dict)
+
+
+def parse_device_tokens(text: str) -> list[str]:
+    """'cpu,gpu:1' -> ['cpu', 'gpu:1']; raises TbsError naming any unknown device."""
+    tokens = [t.strip().lower() for t in text.split(",") if t.strip()]
+    if not tokens:
+        raise TbsError("--devices: no device given; write e.g. --devices cpu,gpu")
+    for token in tokens:
+        if not _TOKEN.match(token):
+            raise TbsError(
+                f"--devices: unknown device '{token}'; choose from cpu, gpu, tpu or one device such as gpu:0"
+            )
+    return list(dict.fromkeys(tokens))
+
+
+def select(discovery: Discovery, requested: list[str] | None, warn: Callable[[str], None]) -> list[Device]:
+    """The devices to profile: all found, or those requested; missing ones are skipped with their reason."""
+    if not requested:
+        chosen = list(discovery.devices)
+    else:
+        chosen = []
+        for token in requested:
+            if ":" in token:
+                matches = [d for d in discovery.devices if d.name == token]
+            else:
+                matches = [d for d in discovery.devices if d.kind == token]
+            if not matches:
+                kind = token.split(":")[0]
+                found = ", ".join(d.name for d in discovery.devices if d.kind == kind)
+                reason = discovery.missing.get(kind) or (f"only {found} found" if found else "not found")
+                warn(f"skipping {token}: {reason}")
+            for device in matches:
+                if device not in chosen:
+                    chosen.append(device)
+    if not chosen:
+        available = ", ".join(d.name for d in discovery.devices) or "none"
+        raise DeviceError(f"none of the requested devices ({', '.join(requested or [])}) is available; found: {available}")
+    return chosen

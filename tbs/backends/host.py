@@ -1,0 +1,64 @@
+"""The machine itself (CPU, memory, host name) and what a profile records about it.
+
+Neutral: each backend adds its own versions and settings in its ``environment`` module.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import socket
+import sys
+from importlib import metadata as _metadata
+from pathlib import Path
+from typing import Any
+
+_PACKAGES = ("tbs", "keras", "numpy", "pandas", "scipy", "plotly", "click", "cloudpickle")
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name, from /proc/cpuinfo (or platform on other systems)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def total_memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def package_versions(extra: tuple[str, ...] = ()) -> dict[str, str]:
+    """Python's and the installed packages' versions (a backend adds its own)."""
+    versions = {"python": sys.version.split()[0]}
+    for name in _PACKAGES + extra:
+        try:
+            versions[name] = _metadata.version(name)
+        except _metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def common_settings() -> dict[str, Any]:
+    """Threading settings every backend shares (they change timings, so they travel with them)."""
+    return {"cpu_count": os.cpu_count(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
+
+
+def host_info() -> dict[str, Any]:
+    return {
+        "hostname": socket.gethostname(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+    }
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,196 @@
+"""A JAX device: placing data, and blocked, compiled calls.
+
+A timed call is one ``jax.jit``: ``lax.fori_loop`` runs the layer n times, with n
+a traced argument so every n shares one compilation. The layer's variables are
+arguments, bound through Keras's ``StatelessScope`` (the layer's stateless call),
+so XLA cannot fold weights into constants. Inside the loop an
+``optimization_barrier`` ties the inputs to the iteration counter, so XLA's
+loop-invariant code motion cannot hoist the call out of the loop. Each iteration
+adds up every element of every output: were only one element consumed, XLA would
+fuse an elementwise or gather layer down to computing that element. A sum is
+what XLA does with a layer's output inside a whole model too: it fuses the
+epilogue (bias, activation) into the consumer instead of writing it out, so the
+per-layer times add up to the compiled model. Outputs that are views of an input
+(pass-through, reshape) are left out: they cost nothing in a compiled model.
+Inputs and weights are placed on the device first, and the runner blocks on the
+scalar (``block_until_ready``), never copying activations to the host.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from tbs.backends.base import Device
+from tbs.backends.jax.capture import host_strings_accepted
+from tbs.backends.tensors import is_host_strings, iter_tensors, replace_tensors
+
+STRINGS_UNSUPPORTED = ("needs TensorFlow string ops: JAX has no string type, so this call cannot be "
+                       "compiled or placed on a JAX device")
+
+
+def _jax() -> Any:
+    import jax
+
+    return jax
+
+
+def _arrays(structure: Any) -> list[Any]:
+    jax = _jax()
+    return [x for x in jax.tree.leaves(structure) if isinstance(x, jax.Array)]
+
+
+def _stateless(fn: Callable[..., Any], variables: list[Any]) -> Callable[..., Any]:
+    """``fn`` as a pure function of its variables' values (the layer's stateless call) and its tensors.
+
+    Values passed in, not closed over, so XLA cannot fold weights into constants.
+    """
+    from keras.src.backend import StatelessScope
+
+    def pure(values: list[Any], *tensors: Any) -> Any:
+        with StatelessScope(state_mapping=list(zip(variables, values))):
+            return fn(*tensors)
+
+    return pure
+
+
+def _total(outputs: list[Any]) -> Any:
+    """A float32 scalar that needs every element of every output."""
+    jnp = _jax().numpy
+    total = jnp.zeros((), jnp.float32)
+    for part in outputs:
+        if jnp.iscomplexobj(part):
+            part = part.real
+        total = total + part.astype(jnp.float32).sum()
+    return total
+
+
+# Primitives whose result XLA lays out as a view of their operand (a bitcast): no work, no copy.
+VIEW_PRIMITIVES = frozenset({"reshape", "squeeze", "expand_dims"})
+
+
+def _views_of_inputs(step: Callable[..., list[Any]], *args: Any) -> list[bool]:
+    """For each output of ``step``: is it an input, or an input only reshaped?
+
+    Such outputs (Dropout or random augmentation in inference, Flatten) cost nothing in
+    a compiled model; summing them would time a pass over memory that never happens.
+    """
+    jax = _jax()
+    from jax.extend.core import Literal
+
+    jaxpr = jax.make_jaxpr(step)(*args).jaxpr
+    views = set(jaxpr.invars)
+    for eqn in jaxpr.eqns:
+        operands = [v for v in eqn.invars if not isinstance(v, Literal)]
+        if eqn.primitive.name in VIEW_PRIMITIVES and len(operands) == 1 and operands[0] in views:
+            views.update(eqn.outvars)
+    return [not isinstance(v, Literal) and v in views for v in jaxpr.outvars]
+
+
+class JaxDevice(Device):
+    """One ``jax.Device`` (cpu:0, gpu:1, tpu:0)."""
+
+    backend = "jax"
+
+    def __init__(self, kind: str, index: int, jax_device: Any, description: str = "",
+                 memory_bytes: int | None = None) -> None:
+        super().__init__(kind, index, description, memory_bytes)
+        self.jax_device = jax_device
+        self._placed_calls: dict[str, tuple[Callable[..., Any], list[Any]]] = {}
+
+    def __repr__(self) -> str:
+        return f"JaxDevice({self.name}, {self.jax_device})"
+
+    def scope(self) -> AbstractContextManager:
+        return _jax().default_device(self.jax_device)
+
+    def place(self, structure: Any) -> Any:
+        jax = _jax()
+
+        def copy(x: Any) -> Any:
+            if is_host_strings(x) or not (hasattr(x, "shape") and hasattr(x, "dtype")):
+                return x  # strings have no JAX type: they stay on the host
+            return jax.device_put(x, self.jax_device)
+
+        placed = jax.tree.map(copy, structure)
+        for leaf in jax.tree.leaves(placed):
+            if isinstance(leaf, jax.Array):
+                leaf.block_until_ready()
+        return placed
+
+    def compile_blocked(self, call: Callable[..., Any], tensors: list[Any], jit: bool,
+                        variables: Sequence[Any] = ()) -> Callable[[int], None]:
+        jax = _jax()
+        variables = list(variables)
+        values = self._values_here(variables)
+        tensors = [jax.device_put(t, self.jax_device) for t in tensors]
+        stateless = _stateless(lambda *t: _arrays(call(*t)), variables)
+
+        def step(values: list[Any], tensors: list[Any]) -> list[Any]:
+            return stateless(values, *tensors)
+
+        views = _views_of_inputs(step, values, tensors)
+
+        def blocked(n: Any, values: list[Any], tensors: list[Any]) -> Any:
+            def body(i: Any, acc: Any) -> Any:
+                bound, args, _ = jax.lax.optimization_barrier((values, tensors, i))
+                out = step(bound, args)
+                return acc + _total([x for x, view in zip(out, views) if not view])
+
+            return jax.lax.fori_loop(0, n, body, jax.numpy.zeros((), jax.numpy.float32))
+
+        compiled = jax.jit(blocked)
+
+        def runner(n: int) -> None:
+            jax.block_until_ready(compiled(np.int32(n), values, tensors))
+
+        return runner
+
+    def run_placed(self, call: Any, args: tuple, kwargs: dict) -> Any:
+        """The call compiled once for this device (its weights here); its inputs are copied here first."""
+        jax = _jax()
+        compiled = self._placed_calls.get(call.name)
+        if compiled is None:
+            variables = list(getattr(call.op, "variables", ()))
+            structure = (call.args, call.kwargs)
+
+            def invoke(*tensors: Any) -> Any:
+                a, k = replace_tensors(structure, list(tensors))
+                return call.invoke(*a, **k)
+
+            compiled = self._placed_calls[call.name] = (jax.jit(_stateless(invoke, variables)),
+                                                        self._values_here(variables))
+        fn, values = compiled
+        return fn(values, *[jax.device_put(t, self.jax_device) for t in iter_tensors((args, kwargs))])
+
+    def _values_here(self, variables: list[Any]) -> list[Any]:
+        """The variables' current values, on this device."""
+        return [_jax().device_put(v.value, self.jax_device) for v in variables]
+
+    def replay_runner(self, replay: Callable[..., Any], tensors: list[Any]) -> Callable[[int], None]:
+        """A Python loop of per-call compiled functions (one jit cannot span devices).
+
+        Each pass waits for the one before, as the TensorFlow runner's sequential loop does,
+        so passes never overlap across devices.
+        """
+        jax = _jax()
+
+        def runner(n: int) -> None:
+            for _ in range(n):
+                jax.block_until_ready(replay(*tensors))
+
+        return runner
+
+    def ran_here(self, call: Any) -> bool:
+        return all(x.devices() == {self.jax_device} for x in _arrays(call.outputs))
+
+    def sync(self) -> None:
+        """Nothing to wait for: every JAX runner and copy here blocks on its own result."""
+
+    def capture_context(self) -> AbstractContextManager:
+        return host_strings_accepted()
+
+    def unsupported_reason(self, tensors: Sequence[Any]) -> str | None:
+        return STRINGS_UNSUPPORTED if any(is_host_strings(t) for t in tensors) else None

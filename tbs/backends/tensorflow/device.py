@@ -1,0 +1,112 @@
+"""A TensorFlow device: placing data, and blocked, compiled calls.
+
+A timed call runs the layer n times inside one ``tf.function`` holding a
+``tf.while_loop`` (parallel_iterations=1, so iterations never overlap). Unrolled
+copies of the same call would be merged by Grappler; a loop body really runs
+every iteration. Each iteration consumes one element of every output, so
+nothing is pruned, and the runner waits on one scalar instead of copying
+activations back to the host.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any, Callable, Sequence
+
+from tbs.backends.base import Device
+from tbs.backends.tensorflow.capture import watch_ops
+from tbs.backends.tensorflow.environment import tensorflow as _tensorflow
+
+def _consume(structure: Any) -> Any:
+    """A float32 scalar depending on one element of every output tensor (cheap, un-prunable)."""
+    tf = _tensorflow()
+    total = tf.constant(0.0)
+    for part in tf.nest.flatten(structure, expand_composites=True):
+        if not isinstance(part, tf.Tensor):
+            continue
+        head = tf.reshape(part, [-1])[:1]
+        if part.dtype == tf.string:
+            head = tf.strings.length(head)
+        elif part.dtype.is_complex:
+            head = tf.math.real(head)
+        total += tf.reduce_sum(tf.cast(head, tf.float32))
+    return total
+
+
+class TFDevice(Device):
+    """A TensorFlow logical device (/device:CPU:0, /device:GPU:1, /device:TPU:0)."""
+
+    backend = "tensorflow"
+
+    def __init__(self, kind: str, index: int, tf_name: str, description: str = "",
+                 memory_bytes: int | None = None) -> None:
+        super().__init__(kind, index, description, memory_bytes)
+        self.tf_name = tf_name
+
+    def __repr__(self) -> str:
+        return f"TFDevice({self.name}, {self.tf_name})"
+
+    def scope(self) -> AbstractContextManager:
+        return _tensorflow().device(self.tf_name)
+
+    def place(self, structure: Any) -> Any:
+        tf = _tensorflow()
+
+        def copy(x: Any) -> Any:
+            if not (isinstance(x, (tf.Tensor, tf.Variable)) or (hasattr(x, "shape") and hasattr(x, "dtype"))):
+                return x
+            is_string = getattr(x, "dtype", None) == tf.string or getattr(getattr(x, "dtype", None), "kind", "") in "OSU"
+            # Strings have no device memory on accelerators: they stay on the host, and the
+            # string ops that read them run there (reported as cpu-fallback).
+            with tf.device("/device:CPU:0") if is_string else self.scope():
+                return tf.identity(x) if isinstance(x, (tf.Tensor, tf.Variable)) else tf.convert_to_tensor(x)
+
+        return tf.nest.map_structure(copy, structure)
+
+    def compile_blocked(self, call: Callable[..., Any], tensors: list[Any], jit: bool,
+                        variables: Sequence[Any] = ()) -> Callable[[int], None]:
+        """``variables`` are read inside the loop as the resource variables they are."""
+        tf = _tensorflow()
+        device_name = self.tf_name
+        # With XLA, the call is its own XLA computation launched every iteration; compiling
+        # the loop too would let XLA hoist the loop-invariant call out of it.
+        step = tf.function(call, jit_compile=True) if jit else call
+
+        @tf.function(jit_compile=False)
+        def blocked(n: Any, *args: Any) -> Any:
+            def body(i: Any, acc: Any) -> tuple[Any, Any]:
+                with tf.device(device_name):
+                    out = step(*args)
+                    return i + 1, acc + _consume(out)
+
+            return tf.while_loop(
+                lambda i, acc: i < n, body, (tf.constant(0), tf.constant(0.0)), parallel_iterations=1
+            )[1]
+
+        def runner(n: int) -> None:
+            result = blocked(tf.constant(n, dtype=tf.int32), *tensors)
+            self.sync()
+            result.numpy()  # a 4-byte scalar: waits for the device without copying activations
+
+        return runner
+
+    def run_placed(self, call: Any, args: tuple, kwargs: dict) -> Any:
+        with _tensorflow().device(self.tf_name):
+            return call.invoke(*args, **kwargs)
+
+    def replay_runner(self, replay: Callable[..., Any], tensors: list[Any]) -> Callable[[int], None]:
+        # One graph: tf.device scopes inside it put each call where it was placed.
+        return self.compile_blocked(replay, tensors, False)
+
+    def ran_here(self, call: Any) -> bool:
+        """Every op of the call (seen in the eager capture here) produced its output on this device."""
+        want = self.tf_name.upper().split("DEVICE:")[-1]  # e.g. CPU:1
+        seen = [d.upper() for devices in call.op_devices.values() for d in devices if d]
+        return all(d.endswith(want) for d in seen)
+
+    def watch_ops(self) -> AbstractContextManager[dict[str, set[str]]]:
+        return watch_ops()
+
+    def sync(self) -> None:
+        if self.kind != "cpu":
+            _tensorflow().test.experimental.sync_devices()

@@ -1,0 +1,106 @@
+"""Import TensorFlow quietly, once (Keras itself is imported by ``tbs.backends``).
+
+TensorFlow prints C++ log lines at import; a user's terminal should show only
+tbs's own output and one-line errors. Imports are lazy so that argument errors
+are reported before the (slow) TensorFlow import.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import tempfile
+import warnings
+from contextlib import contextmanager
+from types import ModuleType
+from typing import Any, Iterator
+
+from tbs.backends.host import common_settings, package_versions
+
+
+def quiet_environment() -> None:
+    """Environment variables that must be set before TensorFlow is imported."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    os.environ.setdefault("ABSL_MIN_LOG_LEVEL", "2")
+
+
+@contextmanager
+def native_stderr_captured() -> Iterator[None]:
+    """Hold back what native code writes to fd 2 (absl's pre-init log lines, CUDA probing); replay it on failure."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no real fd 2 (e.g. some test runners)
+        yield
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        failed = True
+        try:
+            yield
+            failed = False
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if failed:
+                sink.seek(0)
+                sys.stderr.write(sink.read().decode(errors="replace"))
+
+
+def tensorflow() -> ModuleType:
+    """The tensorflow module, imported with its logs silenced."""
+    quiet_environment()
+    if "tensorflow" in sys.modules:
+        import tensorflow as tf
+
+        return tf
+    with warnings.catch_warnings(), native_stderr_captured():
+        warnings.simplefilter("ignore")
+        import tensorflow as tf
+    tf.get_logger().setLevel(logging.ERROR)
+    try:
+        from absl import logging as absl_logging
+
+        absl_logging.set_verbosity(absl_logging.ERROR)
+    except ImportError:  # absl ships with TensorFlow; tolerate its absence
+        pass
+    return tf
+
+
+def configure() -> None:
+    """Nothing to set before import: logical CPUs are made at discovery, before the runtime starts."""
+    quiet_environment()
+
+
+def versions() -> dict[str, str]:
+    """Versions of what measured (TensorFlow from the module: it ships as several distributions)."""
+    tf = tensorflow()
+    found = package_versions()
+    found["tensorflow"] = tf.__version__
+    build = tf.sysconfig.get_build_info()
+    if build.get("cuda_version"):
+        found["cuda"] = str(build["cuda_version"])
+        found["cudnn"] = str(build.get("cudnn_version"))
+    return found
+
+
+def settings(jit: bool) -> dict[str, Any]:
+    """CPU threading, oneDNN and XLA choices: they change timings, so they travel with them."""
+    tf = tensorflow()
+    onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+    return dict(
+        common_settings(),
+        intra_op_threads=tf.config.threading.get_intra_op_parallelism_threads() or "default (all cores)",
+        inter_op_threads=tf.config.threading.get_inter_op_parallelism_threads() or "default",
+        onednn="off" if onednn == "0" else ("on" if onednn == "1" else "default (on for x86 builds)"),
+        xla_jit_compile=bool(jit),
+        tf_xla_flags=os.environ.get("TF_XLA_FLAGS"),
+        grappler="default",
+    )
+
+
+def compiles_with_xla(jit: bool) -> bool:
+    """TensorFlow runs graphs unless --xla asks for XLA."""
+    return bool(jit)

@@ -1,0 +1,177 @@
+"""The commands: parse flags, call the API, print and write what it returns.
+
+Every user mistake is a TbsError or a click usage error and ends as one line on
+stderr with exit code 2. TensorFlow is imported only after the arguments and
+files have been checked, so those errors come back at once.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tbs import api
+from tbs.backends import BACKENDS
+from tbs.backends.base import parse_device_tokens
+from tbs.cli.options import EXIT_INTERRUPTED, BatchSizes, Parsed, TbsGroup
+from tbs.cost.prices import parse_prices, parse_spot
+from tbs.errors import TbsError
+from tbs.measure.timing import TimingConfig
+from tbs.progress import TerminalProgress
+from tbs.report.console import verification_text
+from tbs.units import is_number
+
+PRICES = Parsed("KIND=USD_PER_HOUR[,...]", parse_prices)
+SPOT_DISCOUNTS = Parsed("DEVICE=FRACTION[,...]", parse_spot)
+DEVICE_TOKENS = Parsed("cpu,gpu,tpu", parse_device_tokens)
+NO_SAFE_MODE_HELP = "Load a .keras file that runs arbitrary code (Lambda layers); only for files you trust."
+
+
+@click.group(cls=TbsGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tbs")
+def cli() -> None:
+    """tbs: time every layer of a Keras model on every device, and what it costs."""
+
+
+@cli.command()
+@click.argument("model_path", metavar="MODEL", type=click.Path(path_type=Path, dir_okay=True))
+@click.option("--batch", "batch_sizes", type=BatchSizes(), default="32", show_default=True,
+              help="Batch sizes to measure, comma-separated.")
+@click.option("--devices", "device_tokens", type=DEVICE_TOKENS, default=None,
+              help="Devices to use: kinds (cpu,gpu,tpu) or names (gpu:1). Default: every device found.")
+@click.option("--cost", "prices", type=PRICES, default=None,
+              help="USD per hour per device kind or name, e.g. cpu=0.5,gpu=3.")
+@click.option("--training", is_flag=True, help="Time the forward pass as in training (augmentation, dropout active).")
+@click.option("--input", "input_path", type=click.Path(path_type=Path), default=None,
+              help="Your data (.npy, .npz or pickle) instead of synthetic inputs; repeated or sliced to each batch.")
+@click.option("--custom-objects", "custom_files", type=click.Path(path_type=Path), multiple=True,
+              help="Python file defining custom layers/models to import before loading (repeatable).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Profile directory. Default: profiles/<model file name>.")
+@click.option("--resume", is_flag=True, help="Finish an interrupted profile, measuring only missing cells.")
+@click.option("--backend", type=click.Choice(BACKENDS), default="tensorflow", show_default=True,
+              help="Keras backend that runs the model (jax: pip install 'tbs[jax]').")
+@click.option("--xla", is_flag=True, help="TensorFlow: compile with XLA (jit_compile=True) instead of graphs. "
+                                          "JAX always compiles with XLA.")
+@click.option("--no-safe-mode", is_flag=True, help=NO_SAFE_MODE_HELP)
+@click.option("--min-samples", type=click.IntRange(min=3), default=10, show_default=True,
+              help="Least timed samples per cell.")
+@click.option("--target-ci", type=click.FloatRange(min=0.001, max=1.0), default=0.05, show_default=True,
+              help="Stop sampling when the 95% CI of the median is within this fraction of it.")
+@click.option("--max-cell-seconds", type=click.FloatRange(min=0.01), default=1.5, show_default=True,
+              help="Time budget per cell after its minimum samples; cells that run out are marked noisy.")
+@click.option("--min-block-ms", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+              help="Each sample repeats the call until it lasts this long (amortises dispatch).")
+@click.option("--min-span-seconds", type=click.FloatRange(min=0.0), default=2.0, show_default=True,
+              help="A cell's samples must spread over this much wall time (drift on shared machines).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for synthetic inputs.")
+def profile(model_path: Path, out_dir: Path | None, min_samples: int, target_ci: float, max_cell_seconds: float,
+            min_block_ms: float, min_span_seconds: float, no_safe_mode: bool, **options: Any) -> None:
+    """Time every layer of MODEL on each device and batch size; save under profiles/."""
+    timing = TimingConfig(min_samples=min_samples, target_ci=target_ci, cell_budget_seconds=max_cell_seconds,
+                          min_block_seconds=min_block_ms / 1000.0, min_span_seconds=min_span_seconds)
+    directory = out_dir or Path("profiles") / model_path.stem
+    try:
+        result = api.profile(
+            model_path, options["batch_sizes"], options["device_tokens"], options["prices"],
+            training=options["training"], backend=options["backend"], input=options["input_path"],
+            custom_objects=list(options["custom_files"]) or None, out=directory, resume=options["resume"],
+            timing=timing, xla=options["xla"], seed=options["seed"], safe_mode=not no_safe_mode,
+            progress=TerminalProgress())
+    except KeyboardInterrupt:
+        _interrupted(directory)
+    if not result.complete:
+        _interrupted(directory)
+    click.echo(api.render(result, "text"))
+    click.echo(f"\nProfile saved in {directory}/ (summary.csv, model.csv, samples.csv, metadata.json, report.html)")
+
+
+def _interrupted(directory: Path) -> None:
+    click.echo(f"tbs: interrupted; everything measured so far is saved in {directory}. "
+               f"Finish it with the same command plus --resume.", err=True)
+    sys.exit(EXIT_INTERRUPTED)
+
+
+@cli.command()
+@click.argument("directories", metavar="PROFILE_DIR...", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--cost", "prices", type=PRICES, default=None,
+              help="Re-price: USD per hour (gpu=3, gpu=3/h) or amortised hardware (cpu=capex:25000/1y).")
+@click.option("--spot", type=SPOT_DISCOUNTS, default=None, help="Spot/preemptible discount, e.g. tpu=0.7 (70% off).")
+@click.option("--prices", "price_file", type=click.Path(path_type=Path), default=None,
+              help="CSV or YAML price list (device, price, source, date).")
+@click.option("--samples", type=click.IntRange(min=1), default=None, help="Also show the cost of a workload of N samples.")
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Write the HTML report here (self-contained).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "csv"]), default="text", show_default=True,
+              help="Terminal output when no -o is given.")
+def report(directories: tuple[Path, ...], prices: dict[str, float] | None, spot: dict[str, float] | None,
+           price_file: Path | None, samples: int | None, output: Path | None, fmt: str) -> None:
+    """Report saved profiles (several machines' profiles of one model merge) without measuring."""
+    result = api.load(*directories, prices=prices, spot=spot, price_file=price_file)
+    if output is None:
+        click.echo(api.render(result, fmt).rstrip("\n") if fmt == "csv" else api.render(result, fmt))
+        return
+    page = api.render(result, "html", recommendation=api.placement_for_report(result), samples=samples)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise TbsError(f"cannot write report '{output}' ({exc.strerror}); choose another -o") from None
+    click.echo(f"Report written to {output}")
+
+
+@cli.command()
+@click.argument("directory", metavar="PROFILE_DIR", type=click.Path(path_type=Path))
+@click.option("--cost", "prices", type=PRICES, default=None, help="Prices (as for tbs report); default: the profile's.")
+@click.option("--spot", type=SPOT_DISCOUNTS, default=None, help="Spot/preemptible discount, e.g. tpu=0.7.")
+@click.option("--objective", type=click.Choice(["cost", "time"]), default="cost", show_default=True)
+@click.option("--batch", "batch_size", type=click.IntRange(min=1), default=None,
+              help="Batch size to place for (default: the largest profiled).")
+@click.option("--max-latency", "max_latency_ms", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="With --objective cost: at most this many ms per batch.")
+@click.option("--budget", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="With --objective time: at most this many USD per 1M samples.")
+@click.option("--billing", type=click.Choice(["metered", "dedicated"]), default="metered", show_default=True,
+              help="metered: pay each device for its busy seconds; dedicated: pay every used device for the whole run.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--verify", is_flag=True, help="Run the placement and the single devices for real; predicted vs measured.")
+@click.option("--custom-objects", "custom_files", type=click.Path(path_type=Path), multiple=True,
+              help="With --verify: Python file defining the model's custom classes (repeatable).")
+@click.option("--no-safe-mode", is_flag=True, help=f"With --verify: {NO_SAFE_MODE_HELP}")
+def recommend(directory: Path, prices: dict[str, float] | None, spot: dict[str, float] | None, objective: str,
+              batch_size: int | None, max_latency_ms: float | None, budget: float | None, billing: str, fmt: str,
+              verify: bool, custom_files: tuple[Path, ...], no_safe_mode: bool) -> None:
+    """Which device each layer should run on, transfers included (exact), against single devices."""
+    profile = api.load(directory, prices=prices, spot=spot)
+    rec = api.recommend(profile, objective, batch_size=batch_size, billing=billing, max_latency_ms=max_latency_ms,
+                        budget_usd_per_1m=budget)
+    click.echo(api.render(None, fmt, recommendation=rec))
+    if verify:  # printed after the prediction, which is worth seeing while the replay runs
+        rec.verification = api.verify(profile, rec, custom_objects=list(custom_files) or None,
+                                      safe_mode=not no_safe_mode)
+        click.echo(verification_text(rec.verification))
+
+
+@cli.command()
+@click.option("--backend", "backends", type=click.Choice(BACKENDS), multiple=True,
+              help="Only this backend (repeatable). Default: every backend.")
+def devices(backends: tuple[str, ...]) -> None:
+    """List each backend's devices, and why a backend or device kind is unavailable."""
+    table = api.devices(list(backends) or None)
+    for name, rows in table.groupby("backend", sort=False):
+        click.echo(f"{name}:")
+        for row in rows.to_dict("records"):
+            if row["available"]:
+                memory = f", {row['memory_bytes'] / 2**30:.1f} GiB" if is_number(row["memory_bytes"]) else ""
+                click.echo(f"  {row['device']:8} {row['kind']:4} {row['description']}{memory}")
+            elif not isinstance(row["kind"], str):
+                click.echo(f"  unavailable: {row['reason']}")
+            else:
+                click.echo(f"  {row['kind']:8} -    {row['reason']}")
+
+
+def main() -> None:
+    cli(prog_name="tbs")

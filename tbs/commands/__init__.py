@@ -1,1 +1,0 @@
-"""One module per CLI command body, so cli.py stays parsing only."""

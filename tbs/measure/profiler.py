@@ -1,0 +1,384 @@
+"""Measure every cell: each leaf layer, and the whole model, on each device and batch size.
+
+Order: batch sizes ascending, then devices. For each (batch, device) the model
+input is copied to the device (timed: a fixed cost), one eager pass captures every
+layer's real arguments, then each layer and the whole compiled forward pass are
+timed the same blocked, amortised way. Each finished cell goes straight to disk.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+from tbs.capture.recorder import Capture, LayerCall, capture
+from tbs.errors import TbsError
+from tbs.measure import rows
+from tbs.measure import transfers
+from tbs.measure.eta import WorkEstimate
+from tbs.backends.base import Device
+from tbs.load.inputs import InputSpec, batch_arrays, structure_inputs
+from tbs.load.model import LoadedModel
+from tbs.schema import MODEL_LAYER, CellKey, Status
+from tbs.backends.tensors import iter_tensors, replace_tensors, tensor_bytes
+from tbs.measure.timing import Interleaved, Interrupted, Measurement, Runner, Timer, TimingConfig
+
+SINGLE_CALLS = 5
+
+# A cell waiting to be measured: its progress label, its base row, and how a Measurement becomes its row.
+Pending = tuple[str, dict[str, Any], Callable[[Measurement], dict[str, Any]]]
+
+
+class Progress:
+    """What the profiler reports while it works (the CLI draws a bar; tests ignore it)."""
+
+    def start(self, remaining_seconds: float) -> None: ...
+
+    def advance(self, label: str, remaining_seconds: float) -> None:
+        """A cell finished; the rest is now estimated to take remaining_seconds."""
+
+    def describe(self, label: str) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+class CellSink(Protocol):
+    """Where finished cells go, as they finish (``profiles.store.ProfileStore`` on disk)."""
+
+    metadata: dict[str, Any]
+
+    def is_done(self, key: tuple) -> bool: ...
+
+    def add_cell(self, key: tuple, row: dict[str, Any], samples: list[dict[str, Any]]) -> None: ...
+
+    def add_transfers(self, rows: list[dict[str, Any]]) -> None: ...
+
+    def update_metadata(self, **values: Any) -> None: ...
+
+
+def _unpriced(row: dict[str, Any]) -> dict[str, Any]:
+    return row
+
+
+@dataclass
+class ProfileRequest:
+    loaded: LoadedModel
+    load_on: Callable[[Device], LoadedModel]
+    devices: list[Device]
+    batch_sizes: list[int]
+    training: bool
+    specs: list[InputSpec]
+    user_arrays: list[np.ndarray] | None
+    config: TimingConfig
+    jit: bool
+    host: str
+    seed: int = 0
+    models: dict[str, Any] = field(default_factory=dict)
+    host_device: Device | None = None  # the host CPU when no CPU is profiled (inputs start there)
+    # Adds a row's price and cost per sample (the cost stage's; measuring never turns seconds into dollars).
+    price_row: Callable[[dict[str, Any]], dict[str, Any]] = _unpriced
+    # How the eager pass is recorded and a call's tensors are found and put back: Keras's by
+    # default; tbs.testing swaps in fakes so the profiler runs without any framework.
+    capture_fn: Callable[..., Capture] = capture
+    tensors_fn: Callable[[Any], list[Any]] = iter_tensors
+    rebuild_fn: Callable[[Any, list[Any]], Any] = replace_tensors
+
+    @property
+    def mode(self) -> str:
+        return "training" if self.training else "inference"
+
+    def model_on(self, device: Device) -> Any:
+        if device.name not in self.models:
+            self.models[device.name] = (
+                self.loaded.model if device is self.devices[0] else self.load_on(device).model
+            )
+        return self.models[device.name]
+
+    def host_inputs(self, batch_size: int) -> list[np.ndarray]:
+        return batch_arrays(self.specs, batch_size, self.seed, self.user_arrays)
+
+
+class Profiler:
+    def __init__(self, request: ProfileRequest, store: CellSink, progress: Progress,
+                 should_stop: Callable[[], bool] = lambda: False,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.request = request
+        self.store = store
+        self.progress = progress
+        self.should_stop = should_stop
+        self.timer = Timer(request.config, should_stop, clock)
+        self.harnesses: dict[str, Runner] = {}
+        self.eta = WorkEstimate(request.config, SINGLE_CALLS, clock)
+        self.activation_bytes_per_sample = 0.0
+        self.layer_names: list[str] = []
+
+    # ----- estimates for an honest ETA -------------------------------------------------
+    def _seed_estimates(self, first: Capture, first_batch: int) -> None:
+        r = self.request
+        for batch in r.batch_sizes:
+            scale = batch / first_batch
+            for device in r.devices:
+                for call in first.calls:
+                    key = CellKey.of("layer", call.name, device.name, batch, r.mode)
+                    if not self.store.is_done(key):
+                        self.eta.guess(key, call.eager_seconds * scale)
+                key = CellKey.of("model", MODEL_LAYER, device.name, batch, r.mode)
+                if not self.store.is_done(key):
+                    self.eta.guess(key, sum(c.eager_seconds for c in first.calls) * scale)
+
+    def _save(self, key: tuple, row: dict[str, Any], samples: list[dict[str, Any]], label: str) -> None:
+        """Write a finished cell to disk, then update the estimate of what is left."""
+        self.store.add_cell(key, self.request.price_row(row), samples)
+        self.eta.finished(key, row.get("median_s"), row.get("n"))
+        self.progress.advance(label, self.eta.remaining_seconds)
+
+    # ----- rows ---------------------------------------------------------------------
+    def _base_row(self, device: Device, batch: int) -> dict[str, Any]:
+        r = self.request
+        return {"device": device.name, "device_kind": device.kind, "batch_size": batch, "mode": r.mode, "host": r.host}
+
+    # ----- runners ------------------------------------------------------------------
+    def _harness(self, device: Device) -> Runner:
+        """An empty compiled loop on the device: what the timing harness itself costs."""
+        if device.name not in self.harnesses:
+            self.harnesses[device.name] = device.harness(self.request.jit)
+        return self.harnesses[device.name]
+
+    def _layer_runner(self, call: LayerCall, device: Device) -> Runner:
+        args, kwargs, r = call.args, call.kwargs, self.request
+
+        def invoke(*flat: Any) -> Any:
+            rebuilt = r.rebuild_fn((args, kwargs), list(flat))
+            return call.invoke(*rebuilt[0], **rebuilt[1])
+
+        return device.compile_blocked(invoke, r.tensors_fn((args, kwargs)), r.jit,
+                                      getattr(call.op, "variables", ()))
+
+    def _model_runner(self, model: Any, inputs: Any, device: Device) -> Runner:
+        r = self.request
+
+        def forward(*tensors: Any) -> Any:
+            return model(r.rebuild_fn(inputs, list(tensors)), training=r.training)
+
+        return device.compile_blocked(forward, r.tensors_fn(inputs), r.jit, model.variables)
+
+    def _time_copy(self, device: Device, host_inputs: Any) -> float:
+        times = []
+        for _ in range(7):
+            start = self.timer.clock()
+            placed = device.place(host_inputs)
+            device.sync()
+            times.append(self.timer.clock() - start)
+            del placed
+        return float(np.median(times))
+
+    def _capture(self, device: Device, batch: int) -> tuple[Capture, Any, float, int]:
+        r = self.request
+        model = r.model_on(device)
+        host_inputs = structure_inputs(model, r.host_inputs(batch), r.specs)
+        copy_seconds = self._time_copy(device, host_inputs)
+        inputs = device.place(host_inputs)
+        input_bytes = sum(tensor_bytes(x) for x in r.tensors_fn(inputs))
+        with device.scope():
+            # The host runs everything it is given; an accelerator may hand ops back to it.
+            captured = r.capture_fn(model, inputs, r.training, device, record_devices=device.kind != "cpu")
+        return captured, inputs, copy_seconds, input_bytes
+
+    def _record_structure(self, captured: Capture, batch: int) -> None:
+        meta = self.store.metadata
+        if not meta.get("layers"):
+            meta["layers"] = [
+                {"name": c.name, "type": c.layer_type, "category": c.category, "params": c.params,
+                 "input_shapes": c.input_shapes, "output_shapes": c.output_shapes,
+                 "input_bytes": c.input_bytes, "output_bytes": c.output_bytes, "batch_size": batch,
+                 "inactive": c.inactive}
+                for c in captured.calls
+            ]
+        graph = meta.setdefault("graph", {})
+        if str(batch) not in graph:
+            graph[str(batch)] = [vars(e) for e in captured.edges]
+        self.store.update_metadata()
+
+    def _failed_cells(self, device: Device, batch: int, exc: BaseException) -> None:
+        """The forward pass itself failed: every cell of this (batch, device) gets the reason."""
+        status, reason = (Status.OOM if rows.is_oom(exc) else Status.ERROR).value, rows.reason(exc)
+        for layer in self.store.metadata.get("layers", []):
+            key = CellKey.of("layer", layer["name"], device.name, batch, self.request.mode)
+            if not self.store.is_done(key):
+                row = dict(self._base_row(device, batch), layer=layer["name"], layer_type=layer["type"],
+                           category=layer["category"], status=status, reason=reason)
+                self._save(key, row, [], f"{layer['name']} failed")
+        key = CellKey.of("model", MODEL_LAYER, device.name, batch, self.request.mode)
+        if not self.store.is_done(key):
+            self._save(key, dict(self._base_row(device, batch), status=status, reason=reason), [], "model failed")
+
+    def _measure_transfers(self) -> None:
+        """Copy costs between every pair of profiled devices and the host (placement needs them)."""
+        r = self.request
+        if "transfers" in self.store.metadata or len(r.devices) < 2 and r.devices[0].kind == "cpu":
+            return
+        host = next((d for d in r.devices if d.kind == "cpu"), None) or r.host_device
+        self.progress.describe("timing copies between devices")
+        rows, fits = transfers.measure(r.devices, host)
+        self.store.add_transfers(rows)
+        self.store.update_metadata(transfers={k: f.as_dict() for k, f in fits.items()}, host_device=host.name)
+
+    def _host_memory_shortfall(self, device: Device, batch: int) -> str | None:
+        """Refuse a capture whose activations cannot fit in host memory (the OS would kill us)."""
+        if device.kind != "cpu" or not self.activation_bytes_per_sample:
+            return None
+        need = self.activation_bytes_per_sample * batch
+        free = available_memory_bytes()
+        if free is None or need < 0.8 * free:
+            return None
+        return (f"out of memory: batch {batch} needs about {need / 2**30:.1f} GiB of activations, "
+                f"{free / 2**30:.1f} GiB is available")
+
+    def run(self) -> None:
+        r = self.request
+        batches = sorted(r.batch_sizes)
+        first: tuple[Capture, Any, float, int] | None = None
+        try:
+            # Captured twice: the second pass's eager times are free of first-call costs
+            # (kernel and oneDNN primitive creation), so they estimate the work far better.
+            self._capture(r.devices[0], batches[0])
+            first = self._capture(r.devices[0], batches[0])
+        except Exception as exc:
+            if not rows.is_oom(exc):
+                raise TbsError(
+                    f"the model's forward pass fails on {'your --input data' if r.user_arrays is not None else 'synthetic inputs'} "
+                    f"at batch {batches[0]} ({rows.reason(exc)}); check the model, or pass --input with real data"
+                ) from None
+        if first is not None:
+            self._record_structure(first[0], batches[0])
+            self._seed_estimates(first[0], batches[0])
+            self.activation_bytes_per_sample = (
+                sum(c.output_bytes for c in first[0].calls) + first[3]) / batches[0]
+        self._measure_transfers()
+        self.progress.start(self.eta.remaining_seconds)
+        for batch in batches:
+            for device in r.devices:
+                self._run_cell_group(device, batch, first if (device is r.devices[0] and batch == batches[0]) else None)
+                first = None
+                gc.collect()
+        self.progress.finish()
+
+    def _run_cell_group(self, device: Device, batch: int, captured: tuple | None) -> None:
+        r = self.request
+        keys = [CellKey.of("layer", layer["name"], device.name, batch, r.mode)
+                for layer in self.store.metadata.get("layers", [])]
+        model_key = CellKey.of("model", MODEL_LAYER, device.name, batch, r.mode)
+        if keys and all(self.store.is_done(k) for k in keys + [model_key]):
+            return
+        if self.should_stop():
+            raise Interrupted()
+        self.eta.revise()
+        self.progress.describe(f"capturing inputs on {device.name} @ batch {batch}")
+        if captured is None:
+            shortfall = self._host_memory_shortfall(device, batch)
+            if shortfall:
+                self._failed_cells(device, batch, MemoryError(shortfall))
+                return
+            try:
+                captured = self._capture(device, batch)
+            except Interrupted:
+                raise
+            except Exception as exc:
+                self._failed_cells(device, batch, exc)
+                return
+        cap, inputs, copy_seconds, input_bytes = captured
+        self._record_structure(cap, batch)
+        self._measure_group(device, batch, cap, inputs, copy_seconds, input_bytes, model_key)
+
+    def _pending_cells(self, device: Device, batch: int, cap: Capture, copy_seconds: float, input_bytes: int,
+                       model_key: tuple) -> dict[tuple, Pending]:
+        """The unmeasured cells of (batch, device): key -> (label, base row, row builder from a Measurement)."""
+        r = self.request
+        confidence = r.config.confidence
+        pending: dict[tuple, Pending] = {}
+        for call in cap.calls:
+            key = CellKey.of("layer", call.name, device.name, batch, r.mode)
+            if not self.store.is_done(key):
+                base = dict(self._base_row(device, batch), layer=call.name, layer_type=call.layer_type,
+                            category=call.category)
+                pending[key] = (f"{call.name} on {device.name} @ batch {batch}", base,
+                                lambda m, call=call, base=base: rows.layer_row(call, device, base, m, confidence))
+        if not self.store.is_done(model_key):
+            base = self._base_row(device, batch)
+            pending[model_key] = (f"whole model on {device.name} @ batch {batch}", base,
+                                  lambda m, base=base: rows.model_row(base, m, copy_seconds, input_bytes, confidence))
+        return pending
+
+    def _compile_cells(self, sampler: Interleaved, pending: dict[tuple, Pending], device: Device, cap: Capture,
+                       inputs: Any, model_key: tuple) -> None:
+        """Compile and warm up each pending cell; one that cannot run is recorded now and dropped."""
+        r = self.request
+        model = r.model_on(device)
+        calls = {c.name: c for c in cap.calls}
+        for key, (label, base, _) in list(pending.items()):
+            if self.should_stop():
+                raise Interrupted()
+            call = calls.get(key[1]) if key != model_key else None
+            data = (inputs, cap.outputs) if call is None else (call.args, call.kwargs, call.outputs)
+            unsupported = device.unsupported_reason(r.tensors_fn(data))
+            if unsupported:  # recorded, not dropped: the report says why this cell has no time
+                self._save(key, dict(base, status=Status.UNSUPPORTED.value, reason=unsupported), [], label)
+                del pending[key]
+                continue
+            self.progress.describe(f"warming up {label}")
+            try:
+                if call is None:
+                    sampler.add(key, self._model_runner(model, inputs, device), single_calls=SINGLE_CALLS)
+                else:
+                    sampler.add(key, self._layer_runner(call, device))
+            except Interrupted:
+                raise
+            except Exception as exc:  # a failing layer is recorded and the run goes on
+                self._save(key, rows.failed_row(base, exc), [], label)
+                del pending[key]
+
+    def _measure_group(self, device: Device, batch: int, cap: Capture, inputs: Any, copy_seconds: float,
+                       input_bytes: int, model_key: tuple) -> None:
+        """Compile every unmeasured cell of (batch, device), then sample them all in rounds."""
+        sampler = Interleaved(self.timer, self._harness(device))
+        pending = self._pending_cells(device, batch, cap, copy_seconds, input_bytes, model_key)
+        self.eta.begin_group(pending)
+        self._compile_cells(sampler, pending, device, cap, inputs, model_key)
+        total = len(pending)
+
+        def done(key: tuple, m: Measurement) -> None:
+            label, base, build = pending[key]
+            target = "model" if key == model_key else "layer"
+            self._save(key, build(m), rows.sample_rows(target, key[1], m, base), label)
+
+        def failed(key: tuple, exc: BaseException) -> None:
+            label, base, _ = pending[key]
+            self._save(key, rows.failed_row(base, exc), [], label)
+
+        def round_done(active: int) -> None:
+            self.progress.advance(f"sampling {total} cells on {device.name} @ batch {batch}: {active} left",
+                                  self.eta.remaining_seconds)
+
+        self.progress.describe(f"sampling {total} cells on {device.name} @ batch {batch}")
+        sampler.run(on_done=done, on_error=failed, on_round=round_done)
+        self.eta.end_group()
+        overhead = sampler.overhead
+        self.store.metadata.setdefault("harness_overhead", {})[f"{device.name}@{batch}"] = {
+            "per_call_s": overhead.per_call_seconds, "per_iteration_s": overhead.per_iteration_seconds}
+        self.store.update_metadata()
+
+
+def available_memory_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (None where unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

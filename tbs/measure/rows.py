@@ -1,0 +1,80 @@
+"""Rows of a profile's files, built from measurements (one row per cell, one per sample)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tbs.capture.recorder import LayerCall
+from tbs.schema import Status
+from tbs.backends.base import Device
+from tbs.measure.timing import Measurement
+
+NOISY_REASON = "CI of the median stayed wider than the target within the cell budget"
+
+
+def reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Out of memory on any backend: TensorFlow's ResourceExhaustedError, XLA's RESOURCE_EXHAUSTED."""
+    text = str(exc)
+    return (isinstance(exc, MemoryError) or type(exc).__name__ == "ResourceExhaustedError"
+            or "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower())
+
+
+def fallback_ops(call: LayerCall, device: Device) -> list[str]:
+    """Op types of this call that ran on the host CPU although the target is an accelerator."""
+    if device.kind == "cpu":
+        return []
+    return sorted(
+        op for op, devices in call.op_devices.items() if any("CPU" in d.upper() for d in devices if d)
+    )
+
+
+def stats_row(m: Measurement, base: dict[str, Any], confidence: float) -> dict[str, Any]:
+    s = m.summary(confidence)
+    per_sample = s.median_s / base["batch_size"]
+    return dict(
+        base, n=s.n, iterations=m.iterations, median_s=s.median_s, p25_s=s.p25_s,
+        p75_s=s.p75_s, ci_low_s=s.ci_low_s, ci_high_s=s.ci_high_s, per_sample_s=per_sample,
+        first_call_s=m.first_call_seconds,
+    )
+
+
+def sample_rows(target: str, layer: str, m: Measurement, base: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {"target": target, "layer": layer, "device": base["device"], "batch_size": base["batch_size"],
+         "mode": base["mode"], "sample": i, "iterations": m.iterations, "raw_seconds": raw,
+         "harness_call_s": m.overhead.per_call_seconds, "harness_iteration_s": m.overhead.per_iteration_seconds,
+         "seconds_per_call": per_call, "host": base["host"]}
+        for i, (raw, per_call) in enumerate(zip(m.raw_seconds, m.per_call_seconds))
+    ]
+
+
+def layer_row(call: LayerCall, device: Device, base: dict[str, Any], m: Measurement,
+              confidence: float) -> dict[str, Any]:
+    row = stats_row(m, base, confidence)
+    fallen = fallback_ops(call, device)
+    if fallen:
+        row.update(status=Status.CPU_FALLBACK.value, reason=f"ran on the host CPU: {', '.join(fallen)}")
+    else:
+        row.update(status=m.status, reason=m.note or ("" if m.status == "ok" else NOISY_REASON))
+    return row
+
+
+def model_row(base: dict[str, Any], m: Measurement, copy_seconds: float, input_bytes: int,
+              confidence: float) -> dict[str, Any]:
+    row = stats_row(m, base, confidence)
+    single = float(np.median(m.single_call_seconds)) if m.single_call_seconds else float("nan")
+    row.update(status=m.status, reason=m.note or ("" if m.status == "ok" else NOISY_REASON),
+               dispatch_overhead_s=max(single - row["median_s"], 0.0),
+               input_copy_s=copy_seconds, input_bytes=input_bytes)
+    return row
+
+
+def failed_row(base: dict[str, Any], exc: BaseException) -> dict[str, Any]:
+    return dict(base, status=(Status.OOM if is_oom(exc) else Status.ERROR).value, reason=reason(exc))

@@ -1,0 +1,251 @@
+"""Time one compiled, blocked call adaptively and keep every raw sample.
+
+A sample is one timed ``runner(n)``: n iterations of the call inside one
+compiled step, so per-call dispatch is amortised. n is chosen so a sample lasts
+at least ``min_block_seconds``. The harness's own cost, measured once per device
+on an empty loop (a fixed cost per compiled call plus a small cost per loop
+iteration), is subtracted, so layers and the whole model are corrected alike.
+Sampling stops when the 95% CI of the median is within +-target of it (after at
+least ``min_samples``, spread over at least ``min_span_seconds``), or when the
+cell's budget runs out: then it is noisy.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Hashable
+
+import numpy as np
+
+from tbs.measure.stats import Summary, summarize
+
+Runner = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    min_samples: int = 10
+    max_samples: int = 1000
+    target_ci: float = 0.05
+    confidence: float = 0.95
+    cell_budget_seconds: float = 1.5
+    min_block_seconds: float = 0.01
+    max_iterations: int = 100_000
+    # Below this CI half-width (seconds per call) a cell is tight whatever its relative width:
+    # near-zero layers (identities) cannot be resolved finer than the harness's own jitter.
+    ci_floor_seconds: float = 5e-7
+    # A cell's samples must span this much wall time: throughput on a shared machine drifts
+    # on a scale of seconds, and samples from one moment would give a tight CI around it.
+    min_span_seconds: float = 2.0
+
+    @property
+    def max_span_seconds(self) -> float:
+        """The widest sampling window a cell may take before it is called noisy."""
+        return 4.0 * max(self.min_span_seconds, self.cell_budget_seconds)
+
+
+@dataclass(frozen=True)
+class HarnessOverhead:
+    """What the timing harness itself costs on a device (subtracted from every sample)."""
+
+    per_call_seconds: float = 0.0
+    per_iteration_seconds: float = 0.0
+
+
+@dataclass
+class Measurement:
+    """Raw samples of one cell: ``raw_seconds[i]`` is the wall time of ``iterations`` calls."""
+
+    iterations: int
+    raw_seconds: list[float]
+    overhead: HarnessOverhead
+    first_call_seconds: float
+    status: str = "ok"
+    single_call_seconds: list[float] = field(default_factory=list)
+    note: str = ""  # why a cell is not ok, where the status alone does not say
+
+    @property
+    def per_call_seconds(self) -> list[float]:
+        """Each sample as seconds per call, harness cost removed (never below zero)."""
+        o = self.overhead
+        return [
+            max((raw - o.per_call_seconds) / self.iterations - o.per_iteration_seconds, 0.0)
+            for raw in self.raw_seconds
+        ]
+
+    def summary(self, confidence: float = 0.95) -> Summary:
+        return summarize(self.per_call_seconds, confidence)
+
+
+class Interrupted(Exception):
+    """Raised inside a measurement when the user asked to stop (Ctrl-C)."""
+
+
+@dataclass
+class _Cell:
+    key: Hashable
+    runner: Runner
+    iterations: int
+    first_call_seconds: float
+    single_calls: int
+    raw: list[float] = field(default_factory=list)
+    sampled_seconds: float = 0.0
+    first_sample_at: float | None = None
+    last_sample_at: float = 0.0
+
+
+class Timer:
+    """Calibrates compiled runners and times them."""
+
+    def __init__(self, config: TimingConfig, should_stop: Callable[[], bool] = lambda: False,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.config = config
+        self.should_stop = should_stop
+        self.clock = clock
+
+    def timed(self, runner: Runner, n: int) -> float:
+        start = self.clock()
+        runner(n)
+        return self.clock() - start
+
+    def calibrate(self, runner: Runner) -> tuple[int, float]:
+        """Warm up (first call traces and compiles) and pick iterations per sample.
+
+        Returns (iterations, first_call_seconds including one call's work).
+        """
+        first = self.timed(runner, 1)
+        elapsed = self.timed(runner, 1)
+        n = 1
+        # Grow n until one sample lasts min_block_seconds; each probe is itself warm-up.
+        while elapsed < self.config.min_block_seconds and n < self.config.max_iterations:
+            if self.should_stop():
+                raise Interrupted()
+            grow = self.config.min_block_seconds / max(elapsed, 1e-7)
+            n = int(min(self.config.max_iterations, max(n * 2, math.ceil(n * grow * 1.2))))
+            elapsed = self.timed(runner, n)
+        return n, first
+
+    def measure(self, runner: Runner, harness: Runner | None = None, single_calls: int = 0) -> Measurement:
+        """Calibrate and sample one runner alone (see Interleaved for many)."""
+        sampler = Interleaved(self, harness)
+        sampler.add("cell", runner, single_calls)
+        results: dict[Hashable, Measurement] = {}
+        sampler.run(on_done=results.__setitem__)
+        return results["cell"]
+
+
+class Interleaved:
+    """Sample many cells in rounds, one sample of each per round.
+
+    On a shared machine throughput drifts on a scale of seconds. Sampling cells
+    one after another would give each a tight CI around whatever regime it fell
+    in; rounds spread every cell's samples over the same span, so drift widens
+    CIs honestly and hits the layers and the whole model alike. The harness's own
+    cost (an empty runner at 1 and at ``harness_iterations`` iterations) is sampled
+    in every round too, and each cell is corrected with its current estimate.
+    """
+
+    def __init__(self, timer: Timer, harness: Runner | None, harness_iterations: int = 500) -> None:
+        self.timer = timer
+        self.harness = harness
+        self.harness_iterations = harness_iterations
+        self.harness_single: list[float] = []
+        self.harness_block: list[float] = []
+        self.cells: list[_Cell] = []
+
+    def add(self, key: Hashable, runner: Runner, single_calls: int = 0) -> None:
+        """Compile, warm up and calibrate a cell now (errors are the caller's to record)."""
+        iterations, first = self.timer.calibrate(runner)
+        self.cells.append(_Cell(key, runner, iterations, first, single_calls))
+
+    @property
+    def overhead(self) -> HarnessOverhead:
+        if not self.harness_single:
+            return HarnessOverhead()
+        single, block = float(np.median(self.harness_single)), float(np.median(self.harness_block))
+        per_iteration = max((block - single) / (self.harness_iterations - 1), 0.0)
+        return HarnessOverhead(per_call_seconds=max(single - per_iteration, 0.0), per_iteration_seconds=per_iteration)
+
+    def _sample_harness(self) -> None:
+        if self.harness is not None:
+            self.harness_single.append(self.timer.timed(self.harness, 1))
+            self.harness_block.append(self.timer.timed(self.harness, self.harness_iterations))
+
+    def _finish(self, cell: _Cell, status: str, note: str = "") -> Measurement:
+        m = Measurement(iterations=cell.iterations, raw_seconds=cell.raw, overhead=self.overhead,
+                        first_call_seconds=0.0, status=status, note=note)
+        for _ in range(0 if note else cell.single_calls):
+            m.single_call_seconds.append(self.timer.timed(cell.runner, 1))
+        steady = m.summary().median_s + m.overhead.per_call_seconds + m.overhead.per_iteration_seconds
+        m.first_call_seconds = max(cell.first_call_seconds - steady, 0.0)
+        return m
+
+    def _verdict(self, cell: _Cell) -> str | None:
+        cfg = self.timer.config
+        if len(cell.raw) < cfg.min_samples:
+            return None
+        m = Measurement(cell.iterations, cell.raw, self.overhead, 0.0)
+        summary = m.summary(cfg.confidence)
+        half_width = (summary.ci_high_s - summary.ci_low_s) / 2.0
+        tight = summary.ci_half_width_fraction <= cfg.target_ci or half_width <= cfg.ci_floor_seconds
+        span = cell.last_sample_at - (cell.first_sample_at or cell.last_sample_at)
+        if tight and span >= cfg.min_span_seconds:
+            return "ok"
+        # Out of budget: its own sampling time, or (in rounds over many cells, where a cheap cell
+        # costs the whole round) the wall time its samples already span -- but only once it has
+        # three times the minimum samples: ten samples give a CI of the median from the 2nd to the
+        # 9th value, which drift alone makes wide.
+        spread_out = span > cfg.max_span_seconds and len(cell.raw) >= 3 * cfg.min_samples
+        if cell.sampled_seconds > cfg.cell_budget_seconds or spread_out or len(cell.raw) >= cfg.max_samples:
+            return "noisy"
+        return None
+
+    def run(self, on_done: Callable[[Hashable, Measurement], None],
+            on_error: Callable[[Hashable, BaseException], None] | None = None,
+            on_round: Callable[[int], None] | None = None) -> None:
+        """Sample in rounds until every cell is tight or out of budget; report each as it finishes."""
+        if self.harness is not None:
+            for _ in range(3):
+                self.harness(1)
+            for _ in range(3):
+                self._sample_harness()
+        active = list(self.cells)
+        try:
+            self._rounds(active, on_done, on_error, on_round)
+        except Interrupted:
+            # Keep what was sampled: cells with their minimum samples are saved, marked noisy.
+            for cell in active:
+                if len(cell.raw) >= self.timer.config.min_samples:
+                    on_done(cell.key, self._finish(cell, "noisy", "interrupted before its CI was tight"))
+            raise
+
+    def _rounds(self, active: list[_Cell], on_done: Callable[[Hashable, Measurement], None],
+                on_error: Callable[[Hashable, BaseException], None] | None,
+                on_round: Callable[[int], None] | None) -> None:
+        while active:
+            self._sample_harness()
+            for cell in list(active):
+                if self.timer.should_stop():
+                    raise Interrupted()
+                try:
+                    started = self.timer.clock()
+                    seconds = self.timer.timed(cell.runner, cell.iterations)
+                except Exception as exc:
+                    if on_error is None:
+                        raise
+                    active.remove(cell)
+                    on_error(cell.key, exc)
+                    continue
+                cell.raw.append(seconds)
+                cell.sampled_seconds += seconds
+                cell.first_sample_at = started if cell.first_sample_at is None else cell.first_sample_at
+                cell.last_sample_at = started + seconds
+            for cell in list(active):
+                verdict = self._verdict(cell)
+                if verdict is not None:
+                    active.remove(cell)
+                    on_done(cell.key, self._finish(cell, verdict))
+            if on_round is not None:
+                on_round(len(active))

@@ -1,0 +1,297 @@
+"""From a profile to a placement recommendation: build the problem, solve it, compare.
+
+Per-layer times come from the profile (status ok/noisy; failed, OOM or CPU-fallback
+cells are infeasible on that device), tensors and bytes from its layer graph,
+copy costs from its measured transfer fits. Objectives:
+- time: seconds per batch, layers plus transfers;
+- cost, metered billing: each device is paid only for the seconds it works
+  (a transfer is paid at the receiving device's price, which waits for it);
+- cost, dedicated billing: every device used is paid for the whole run
+  (price of the set x latency), solved exactly by trying each device subset.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tbs.cost.prices import price_for
+from tbs.cost.reprice import usd_per_batch
+from tbs.schema import MEASURED
+from tbs.units import is_number
+from tbs.errors import TbsError
+from tbs.place.solvers import INFEASIBLE, Problem, Solution, Tensor, solve, solve_milp
+from tbs.profiles.profile import Profile
+from tbs.measure.transfers import TransferFit, pair_key
+
+
+@dataclass
+class Inputs:
+    """Everything the optimiser used, so anyone can check the answer."""
+
+    batch_size: int
+    layers: list[str]
+    devices: list[str]
+    host: str
+    seconds: dict[tuple[str, str], float]
+    usd_per_hour: dict[str, float | None]
+    tensors: list[Tensor]
+    fits: dict[str, TransferFit]
+
+    def transfer_seconds(self, src: str, dst: str, nbytes: int) -> float:
+        if src == dst:
+            return 0.0
+        fit = self.fits.get(pair_key(src, dst))
+        return INFEASIBLE if fit is None else fit.seconds(nbytes)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "batch_size": self.batch_size, "host": self.host, "devices": self.devices,
+            "usd_per_hour": self.usd_per_hour,
+            "layer_seconds": {l: {d: (None if not math.isfinite(self.seconds[(l, d)]) else self.seconds[(l, d)])
+                                  for d in self.devices} for l in self.layers},
+            "tensors": [{"src": t.src, "consumers": list(t.consumers), "bytes": t.bytes} for t in self.tensors],
+            "transfer_fits": {k: f.as_dict() for k, f in self.fits.items()},
+        }
+
+
+def gather(profile: Profile, batch_size: int | None) -> Inputs:
+    summary = profile.summary
+    if summary.empty:
+        raise TbsError(f"'{profile.directory}' has no measured layers")
+    batches = sorted({int(b) for b in summary["batch_size"]})
+    batch = batch_size if batch_size is not None else batches[-1]
+    if batch not in batches:
+        raise TbsError(f"--batch {batch}: this profile has batch sizes {', '.join(map(str, batches))}")
+    rows = summary[summary["batch_size"] == batch]
+    layers = [l["name"] for l in profile.metadata.get("layers", [])]
+    devices = sorted(rows["device"].unique())
+    seconds = {(l, d): INFEASIBLE for l in layers for d in devices}
+    for _, r in rows.iterrows():
+        usable = r["status"] in MEASURED and is_number(r["median_s"])
+        seconds[(r["layer"], r["device"])] = float(r["median_s"]) if usable else INFEASIBLE
+    kinds = dict(zip(rows["device"], rows["device_kind"]))
+    prices = profile.metadata.get("prices_usd_per_hour") or {}
+    usd = {d: (float(p) if is_number(p) else None) for d, p in
+           rows.groupby("device")["usd_per_hour"].first().items()} if "usd_per_hour" in rows else {}
+    for d in devices:
+        if usd.get(d) is None:
+            usd[d] = price_for(d, kinds.get(d, ""), prices)
+    host = profile.metadata.get("host_device") or next((d for d in devices if kinds.get(d) == "cpu"), devices[0])
+    edges = (profile.metadata.get("graph") or {}).get(str(batch), [])
+    grouped: dict[tuple, list[str]] = {}
+    for e in edges:
+        grouped.setdefault((e["src"], tuple(e.get("shape") or []), e.get("dtype"), int(e["bytes"])), []).append(e["dst"])
+    tensors = [Tensor(src, tuple(dict.fromkeys(dsts)), nbytes) for (src, _, _, nbytes), dsts in grouped.items()
+               if src.startswith("input") or src in layers]
+    fits = {k: TransferFit(v["alpha_s"], v["beta_s_per_byte"]) for k, v in (profile.metadata.get("transfers") or {}).items()}
+    return Inputs(batch, layers, devices, host, seconds, usd, tensors, fits)
+
+
+def time_problem(inp: Inputs, allowed: list[str] | None = None) -> Problem:
+    allowed = allowed or inp.devices
+    cost = {(l, d): (inp.seconds[(l, d)] if d in allowed else INFEASIBLE) for l in inp.layers for d in inp.devices}
+    return Problem(inp.layers, inp.devices, inp.host, cost, inp.tensors, inp.transfer_seconds)
+
+
+def metered_cost_problem(inp: Inputs) -> Problem:
+    def usd(d: str) -> float:
+        price = inp.usd_per_hour.get(d)
+        return INFEASIBLE if price is None else usd_per_batch(1.0, price)
+
+    cost = {(l, d): inp.seconds[(l, d)] * usd(d) if math.isfinite(usd(d)) else INFEASIBLE
+            for l in inp.layers for d in inp.devices}
+    return Problem(inp.layers, inp.devices, inp.host, cost, inp.tensors,
+                   lambda s, d, n: 0.0 if s == d else inp.transfer_seconds(s, d, n) * (usd(d) if math.isfinite(usd(d)) else 0.0))
+
+
+@dataclass
+class Evaluation:
+    name: str
+    placement: dict[str, str]
+    seconds_per_batch: float
+    usd_per_batch: float | None
+
+    def per_sample(self, batch: int) -> dict[str, float | None]:
+        return {"seconds_per_sample": self.seconds_per_batch / batch,
+                "usd_per_sample": None if self.usd_per_batch is None else self.usd_per_batch / batch,
+                "usd_per_1m_samples": None if self.usd_per_batch is None else self.usd_per_batch / batch * 1e6}
+
+
+@dataclass
+class Recommendation:
+    objective: str
+    billing: str
+    inputs: Inputs
+    chosen: Evaluation
+    method: str
+    single_devices: list[Evaluation]
+    argmin: Evaluation | None
+    frontier: list[Evaluation] = field(default_factory=list)
+    verification: Any = None  # a verify.Verification once the placement has been run for real
+
+    @property
+    def batch_size(self) -> int:
+        return self.inputs.batch_size
+
+    @property
+    def placement(self) -> pd.DataFrame:
+        """One row per layer: its device, predicted time and cost per sample, and the copy it waits for."""
+        return pd.DataFrame(layer_rows(self), columns=["layer", "device", "seconds_per_sample", "usd_per_sample",
+                                                        "transfer_in_seconds_per_sample"])
+
+    @property
+    def comparison(self) -> pd.DataFrame:
+        """The recommendation against every single device and per-layer argmin, per sample."""
+        return pd.DataFrame(comparison(self))
+
+    def __repr__(self) -> str:
+        return (f"<tbs.Recommendation batch {self.batch_size}, minimise {self.objective} ({self.billing}): "
+                f"{len(set(self.chosen.placement.values()))} device(s), {self.method}>")
+
+
+def layer_rows(rec: Recommendation) -> list[dict[str, Any]]:
+    """Per layer: device, predicted seconds and USD per sample, and the transfers into it per sample."""
+    inp, placement, batch = rec.inputs, rec.chosen.placement, rec.inputs.batch_size
+    moved: set[tuple[int, str]] = set()
+    rows = []
+    for layer in inp.layers:
+        device = placement[layer]
+        seconds = inp.seconds[(layer, device)]
+        usd = usd_per_batch(seconds, inp.usd_per_hour.get(device))
+        transfer = 0.0
+        for ti, t in enumerate(inp.tensors):
+            if layer not in t.consumers:
+                continue
+            src = inp.host if t.src.startswith("input") else placement[t.src]
+            if src != device and (ti, device) not in moved:
+                moved.add((ti, device))
+                transfer += inp.transfer_seconds(src, device, t.bytes)
+        rows.append({"layer": layer, "device": device, "seconds_per_sample": seconds / batch,
+                     "usd_per_sample": None if usd is None else usd / batch,
+                     "transfer_in_seconds_per_sample": transfer / batch})
+    return rows
+
+
+def saving(rec: Recommendation) -> dict[str, Any]:
+    """The recommendation against the best single device, as a fraction and in USD per 1M samples."""
+    key = "usd_per_batch" if rec.objective == "cost" else "seconds_per_batch"
+    singles = [e for e in rec.single_devices if getattr(e, key) is not None]
+    if not singles:
+        return {}
+    best = min(singles, key=lambda e: getattr(e, key))
+    ours, theirs = getattr(rec.chosen, key), getattr(best, key)
+    out = {"best_single_device": best.name, "saving_fraction": (theirs - ours) / theirs if theirs else 0.0}
+    if rec.chosen.usd_per_batch is not None and best.usd_per_batch is not None:
+        out["saving_usd_per_1m_samples"] = (best.usd_per_batch - rec.chosen.usd_per_batch) / rec.inputs.batch_size * 1e6
+    return out
+
+
+def comparison(rec: Recommendation) -> list[dict[str, Any]]:
+    """The recommendation against every single device and per-layer argmin, per sample."""
+    batch = rec.inputs.batch_size
+    return [dict(name=e.name, **e.per_sample(batch))
+            for e in [rec.chosen, *rec.single_devices, *([rec.argmin] if rec.argmin else [])]]
+
+
+def evaluate(inp: Inputs, name: str, placement: dict[str, str], billing: str) -> Evaluation:
+    seconds = time_problem(inp).cost_of(placement)
+    if billing == "dedicated":
+        used = set(placement.values())
+        prices = [inp.usd_per_hour.get(d) for d in used]
+        usd = None if any(p is None for p in prices) else usd_per_batch(seconds, sum(prices))
+    else:
+        priced = all(inp.usd_per_hour.get(d) is not None for d in set(placement.values()))
+        usd = metered_cost_problem(inp).cost_of(placement) if priced else None
+    return Evaluation(name, placement, seconds, usd)
+
+
+def _dedicated(inp: Inputs) -> Solution:
+    best: Solution | None = None
+    priced = [d for d in inp.devices if inp.usd_per_hour.get(d) is not None]
+    for k in range(1, len(priced) + 1):
+        for subset in itertools.combinations(priced, k):
+            sol = solve(time_problem(inp, list(subset)))
+            if not sol.placement or not math.isfinite(sol.cost):
+                continue
+            usd = usd_per_batch(sol.cost, sum(inp.usd_per_hour[d] for d in set(sol.placement.values())))
+            if best is None or usd < best.cost:
+                best = Solution(sol.placement, usd, f"{sol.method} per device subset (dedicated billing)")
+    if best is None:
+        raise TbsError("no device set with prices can run every layer; give prices with --cost")
+    return best
+
+
+def recommend(profile: Profile, objective: str = "cost", batch_size: int | None = None, billing: str = "metered",
+              max_latency_ms: float | None = None, budget_usd_per_1m: float | None = None) -> Recommendation:
+    inp = gather(profile, batch_size)
+    priced = [d for d in inp.devices if inp.usd_per_hour.get(d) is not None]
+    if objective == "cost" and not priced:
+        raise TbsError("--objective cost needs prices: pass --cost, e.g. --cost cpu=0.5,gpu=3")
+    if objective == "cost" and billing == "dedicated":
+        solution = _dedicated(inp)
+    else:
+        problem = time_problem(inp) if objective == "time" else metered_cost_problem(inp)
+        constraint = None
+        if max_latency_ms is not None and objective == "cost":
+            t = time_problem(inp)
+            constraint = _linear_weights(t, max_latency_ms / 1000.0)
+        elif budget_usd_per_1m is not None and objective == "time":
+            c = metered_cost_problem(inp)
+            constraint = _linear_weights(c, budget_usd_per_1m * inp.batch_size / 1e6)
+        solution = solve_milp(problem, constraint) if constraint else solve(problem)
+        if not solution.placement:
+            raise TbsError("no placement meets the constraint; relax --max-latency or --budget")
+    chosen = evaluate(inp, "recommended", solution.placement, billing)
+    singles = []
+    for d in inp.devices:
+        placement = {l: d for l in inp.layers}
+        if all(math.isfinite(inp.seconds[(l, d)]) for l in inp.layers):
+            single = evaluate(inp, f"all on {d}", placement, billing)
+            if math.isfinite(single.seconds_per_batch):  # else: copies to d were never measured
+                singles.append(single)
+    base = time_problem(inp) if objective == "time" else metered_cost_problem(inp)
+    argmin_placement = {l: min(inp.devices, key=lambda d: base.node_cost[(l, d)]) for l in inp.layers}
+    argmin = evaluate(inp, "per-layer argmin", argmin_placement, billing)
+    argmin = argmin if math.isfinite(argmin.seconds_per_batch) else None
+    rec = Recommendation(objective, billing, inp, chosen, solution.method, singles, argmin)
+    rec.frontier = frontier(inp, billing) if priced else []
+    return rec
+
+
+def _linear_weights(problem: Problem, bound: float) -> tuple[dict, dict, float]:
+    """Σ node + Σ transfer of ``problem`` as MILP weights, with its bound."""
+    node = {k: v for k, v in problem.node_cost.items() if math.isfinite(v)}
+    edges = {}
+    for ti, t in enumerate(problem.tensors):
+        for s in problem.devices:
+            for d in problem.devices:
+                if s != d:
+                    value = problem.transfer_cost(s, d, t.bytes)
+                    edges[(ti, s, d)] = value if math.isfinite(value) else 1e30
+    return node, edges, bound
+
+
+def frontier(inp: Inputs, billing: str) -> list[Evaluation]:
+    """Placements that are best for some cost-time trade-off (weighted sums, Pareto-filtered)."""
+    t_problem, c_problem = time_problem(inp), metered_cost_problem(inp)
+    found: dict[tuple, Evaluation] = {}
+    for weight in np.logspace(-6, 6, 13):
+        combined = Problem(inp.layers, inp.devices, inp.host,
+                           {k: t_problem.node_cost[k] * weight + c_problem.node_cost[k] for k in t_problem.node_cost},
+                           inp.tensors,
+                           lambda s, d, n, w=weight: t_problem.transfer_cost(s, d, n) * w + c_problem.transfer_cost(s, d, n))
+        sol = solve(combined)
+        if sol.placement and math.isfinite(sol.cost):
+            key = tuple(sol.placement[l] for l in inp.layers)
+            found.setdefault(key, evaluate(inp, "frontier", sol.placement, billing))
+    points = [e for e in found.values() if e.usd_per_batch is not None]
+    return sorted([e for e in points if not any(
+        o.seconds_per_batch <= e.seconds_per_batch and o.usd_per_batch <= e.usd_per_batch
+        and (o.seconds_per_batch < e.seconds_per_batch or o.usd_per_batch < e.usd_per_batch) for o in points)],
+        key=lambda e: e.seconds_per_batch)

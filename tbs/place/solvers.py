@@ -1,0 +1,297 @@
+"""Exact device placement: which device each layer should run on, transfers included.
+
+The problem: layers (a DAG in execution order), a cost per (layer, device) —
+infinite where the device cannot run the layer — and tensors flowing along
+edges. A tensor produced on device a and consumed on device b costs one transfer
+a→b, charged once per destination device however many consumers it has there.
+Model inputs start on, and outputs return to, the host.
+
+Solvers, all exact:
+- a chain (each layer feeds only the next): dynamic programming over layers x devices;
+- two devices on a DAG: an s-t minimum cut (scipy's maximum flow), with one
+  auxiliary node per tensor and direction so a transfer is paid once;
+- three or more devices, or a side constraint: an integer program (scipy.optimize.milp, HiGHS).
+``brute_force`` checks them on small graphs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+INFEASIBLE = math.inf
+HOST = "input"  # edge endpoint name prefix for model inputs; "output" for model outputs
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One tensor: produced by ``src`` (a layer, or an ``input:*`` on the host), read by ``consumers``."""
+
+    src: str
+    consumers: tuple[str, ...]
+    bytes: int
+
+
+@dataclass
+class Problem:
+    layers: list[str]
+    devices: list[str]
+    host: str
+    node_cost: dict[tuple[str, str], float]  # (layer, device) -> cost, INFEASIBLE where it cannot run
+    tensors: list[Tensor]
+    transfer_cost: Callable[[str, str, int], float]  # (from, to, bytes) -> cost; 0 when from == to
+
+    def cost_of(self, placement: dict[str, str]) -> float:
+        """Total cost of a placement: layers plus transfers (once per tensor and destination)."""
+        total = sum(self.node_cost[(layer, placement[layer])] for layer in self.layers)
+        for t in self.tensors:
+            here = self.host if t.src.startswith(HOST) else placement[t.src]
+            destinations = {self.host if c == "output" else placement[c] for c in t.consumers}
+            total += sum(self.transfer_cost(here, d, t.bytes) for d in destinations if d != here)
+        return total
+
+    def feasible_devices(self, layer: str) -> list[str]:
+        return [d for d in self.devices if math.isfinite(self.node_cost[(layer, d)])]
+
+
+@dataclass
+class Solution:
+    placement: dict[str, str]
+    cost: float
+    method: str
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def is_chain(problem: Problem) -> bool:
+    """Every tensor goes from one layer (or the input) to the next one only."""
+    order = {name: i for i, name in enumerate(problem.layers)}
+    for t in problem.tensors:
+        src = -1 if t.src.startswith(HOST) else order[t.src]
+        for c in t.consumers:
+            dst = len(problem.layers) if c == "output" else order[c]
+            if dst != src + 1:
+                return False
+    return True
+
+
+def brute_force(problem: Problem) -> Solution:
+    """Every assignment; only for small problems (tests)."""
+    best: tuple[float, dict[str, str]] = (math.inf, {})
+    for combo in itertools.product(problem.devices, repeat=len(problem.layers)):
+        placement = dict(zip(problem.layers, combo))
+        cost = problem.cost_of(placement)
+        if cost < best[0]:
+            best = (cost, placement)
+    return Solution(best[1], best[0], "brute force")
+
+
+def solve_chain(problem: Problem) -> Solution:
+    """Viterbi over layers x devices for a chain."""
+    incoming = {c: t for t in problem.tensors for c in t.consumers}
+    devices = problem.devices
+    best = {}
+    back: list[dict[str, str | None]] = []
+    for i, layer in enumerate(problem.layers):
+        t = incoming[layer]
+        row, pointer = {}, {}
+        for d in devices:
+            node = problem.node_cost[(layer, d)]
+            if i == 0:
+                row[d] = node + (problem.transfer_cost(problem.host, d, t.bytes) if d != problem.host else 0.0)
+                pointer[d] = None
+                continue
+            options = {p: best[p] + (problem.transfer_cost(p, d, t.bytes) if p != d else 0.0) for p in devices}
+            p = min(options, key=options.get)
+            row[d], pointer[d] = node + options[p], p
+        best = row
+        back.append(pointer)
+    out = next((t for t in problem.tensors if "output" in t.consumers), None)
+    final = {d: best[d] + (problem.transfer_cost(d, problem.host, out.bytes) if out and d != problem.host else 0.0)
+             for d in devices}
+    last = min(final, key=final.get)
+    placement, d = {}, last
+    for i in range(len(problem.layers) - 1, -1, -1):
+        placement[problem.layers[i]] = d
+        d = back[i][d] if back[i][d] is not None else d
+    placement = {layer: placement[layer] for layer in problem.layers}
+    return Solution(placement, final[last], "dynamic programming (chain)")
+
+
+def solve_two_devices(problem: Problem) -> Solution:
+    """Exact s-t minimum cut for two devices on a DAG (source side = devices[0])."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import maximum_flow
+
+    a, b = problem.devices
+    finite = [v for v in problem.node_cost.values() if math.isfinite(v)]
+    transfer_values = [problem.transfer_cost(x, y, t.bytes) for t in problem.tensors for x, y in ((a, b), (b, a))]
+    # scipy's max flow takes int32 capacities: all finite capacities together stay under 5e8
+    # (so any finite cut is below `big`), a rounding of ~1e-9 of the total.
+    scale = 5e8 / max(sum(finite) + sum(transfer_values), 1e-30)
+    big = 2_000_000_000
+
+    def cap(value: float) -> int:
+        return big if not math.isfinite(value) else int(round(value * scale))
+
+    names = ["s", "t"] + problem.layers + ["host"]
+    index = {n: i for i, n in enumerate(names)}
+    edges: dict[tuple[int, int], int] = {}
+
+    def add(u: str | int, v: str | int, c: int) -> None:
+        key = (index[u] if isinstance(u, str) else u, index[v] if isinstance(v, str) else v)
+        edges[key] = min(edges.get(key, 0) + c, big)
+
+    for layer in problem.layers:
+        add("s", layer, cap(problem.node_cost[(layer, b)]))  # cut when the layer sits on b
+        add(layer, "t", cap(problem.node_cost[(layer, a)]))  # cut when it sits on a
+    add("s" if problem.host == a else "host", "host" if problem.host == a else "t", big)  # pin the host
+    aux = len(names)
+    for t in problem.tensors:
+        src = "host" if t.src.startswith(HOST) else t.src
+        consumers = ["host" if c == "output" else c for c in t.consumers]
+        # src on a, some consumer on b: pay a->b once (aux node between them)
+        add(src, aux, cap(problem.transfer_cost(a, b, t.bytes)))
+        for c in consumers:
+            add(aux, c, big)
+        # src on b, some consumer on a: pay b->a once
+        add(aux + 1, src, cap(problem.transfer_cost(b, a, t.bytes)))
+        for c in consumers:
+            add(c, aux + 1, big)
+        aux += 2
+    size = aux
+    rows, cols, caps = zip(*[(u, v, c) for (u, v), c in edges.items()])
+    graph = csr_matrix((np.asarray(caps, dtype=np.int32), (rows, cols)), shape=(size, size))
+    flow = maximum_flow(graph, index["s"], index["t"]).flow
+    residual = graph.toarray() - flow.toarray()  # flow is skew-symmetric: reverse edges included
+    seen, stack = {index["s"]}, [index["s"]]
+    while stack:
+        u = stack.pop()
+        for v in np.nonzero(residual[u] > 0)[0]:
+            if v not in seen:
+                seen.add(int(v))
+                stack.append(int(v))
+    placement = {layer: (a if index[layer] in seen else b) for layer in problem.layers}
+    return Solution(placement, problem.cost_of(placement), "minimum cut (two devices)")
+
+
+class _Rows:
+    """Linear constraint rows low <= coefs . v <= high, built one at a time."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.rows, self.lo, self.hi = n, [], [], []  # type: ignore[var-annotated]
+
+    def add(self, coefs: dict[int, float], low: float, high: float) -> None:
+        vec = np.zeros(self.n)
+        for k, v in coefs.items():
+            vec[k] += v
+        self.rows.append(vec)
+        self.lo.append(low)
+        self.hi.append(high)
+
+
+def _milp_variables(problem: Problem) -> dict[tuple, int]:
+    """x[l,d] = layer l on device d; z[t,s,d] = tensor t copied from s to d."""
+    var: dict[tuple, int] = {}
+    for l in problem.layers:
+        for d in problem.devices:
+            var[("x", l, d)] = len(var)
+    for ti, _ in enumerate(problem.tensors):
+        for s in problem.devices:
+            for d in problem.devices:
+                if s != d:
+                    var[("z", ti, s, d)] = len(var)
+    return var
+
+
+def _milp_objective(problem: Problem, var: dict[tuple, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Costs per variable, and upper bounds (0 where a layer cannot run on a device)."""
+    c, upper = np.zeros(len(var)), np.ones(len(var))
+    for l in problem.layers:
+        for d in problem.devices:
+            cost = problem.node_cost[(l, d)]
+            if math.isfinite(cost):
+                c[var[("x", l, d)]] = cost
+            else:
+                upper[var[("x", l, d)]] = 0.0
+    for ti, t in enumerate(problem.tensors):
+        for s in problem.devices:
+            for d in problem.devices:
+                if s != d:
+                    c[var[("z", ti, s, d)]] = problem.transfer_cost(s, d, t.bytes)
+    return c, upper
+
+
+def _endpoint(problem: Problem, var: dict[tuple, int], coefs: dict[int, float], name: str, device: str,
+              sign: float, on_host: bool) -> float:
+    """Add sign * x[name, device] to coefs; an end fixed on the host (model input or output) is a constant."""
+    if on_host:
+        return sign if device == problem.host else 0.0
+    key = var[("x", name, device)]
+    coefs[key] = coefs.get(key, 0.0) + sign
+    return 0.0
+
+
+def _transfer_rows(problem: Problem, var: dict[tuple, int], rows: _Rows) -> None:
+    """A copy s->d is paid when the source is on s and a consumer on d; plus a tightening cut."""
+    devices = problem.devices
+    for ti, t in enumerate(problem.tensors):
+        for s in devices:
+            for d in devices:
+                if s == d:
+                    continue
+                for consumer in t.consumers:
+                    coefs: dict[int, float] = {var[("z", ti, s, d)]: 1.0}
+                    # z - x_src,s - x_c,d >= -1  (constants move to the bound)
+                    constant = -_endpoint(problem, var, coefs, t.src, s, -1.0, t.src.startswith(HOST))
+                    constant -= _endpoint(problem, var, coefs, consumer, d, -1.0, consumer == "output")
+                    rows.add(coefs, -1.0 + constant, math.inf)
+        # Tightening (same integer points, stronger LP): needed on d and not made on d ->
+        # some source pays:  Σ_s z[t,s,d] + x[src,d] - x[c,d] >= 0
+        for d in devices:
+            for consumer in t.consumers:
+                coefs = {var[("z", ti, s, d)]: 1.0 for s in devices if s != d}
+                constant = -_endpoint(problem, var, coefs, t.src, d, 1.0, t.src.startswith(HOST))
+                constant -= _endpoint(problem, var, coefs, consumer, d, -1.0, consumer == "output")
+                rows.add(coefs, constant, math.inf)
+
+
+def solve_milp(problem: Problem, extra_constraint: tuple[dict[tuple[str, str], float], dict, float] | None = None
+               ) -> Solution:
+    """Integer program (HiGHS). x[l,d] = layer l on d; z[t,s,d] >= x[src,s] + x[c,d] - 1 pays s->d once.
+
+    ``extra_constraint`` = (per (layer, device) weights, per (tensor index, s, d) weights, bound):
+    Σ w·x + Σ v·z <= bound, for latency or budget caps.
+    """
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    var = _milp_variables(problem)
+    c, upper = _milp_objective(problem, var)
+    rows = _Rows(len(var))
+    for l in problem.layers:
+        rows.add({var[("x", l, d)]: 1.0 for d in problem.devices}, 1.0, 1.0)
+    _transfer_rows(problem, var, rows)
+    if extra_constraint is not None:
+        node_w, edge_w, bound = extra_constraint
+        coefs = {var[("x", l, d)]: w for (l, d), w in node_w.items() if ("x", l, d) in var}
+        for (ti, s, d), w in edge_w.items():
+            coefs[var[("z", ti, s, d)]] = coefs.get(var[("z", ti, s, d)], 0.0) + w
+        rows.add(coefs, -math.inf, bound)
+    result = milp(c, constraints=LinearConstraint(np.asarray(rows.rows), rows.lo, rows.hi),
+                  integrality=np.ones(len(var)), bounds=Bounds(np.zeros(len(var)), upper))
+    if result.x is None:
+        return Solution({}, math.inf, "integer program (infeasible)")
+    placement = {l: max(problem.devices, key=lambda d: result.x[var[("x", l, d)]]) for l in problem.layers}
+    return Solution(placement, problem.cost_of(placement), "integer program (HiGHS)")
+
+
+def solve(problem: Problem) -> Solution:
+    """The exact solver that fits the problem's shape."""
+    if is_chain(problem):
+        return solve_chain(problem)
+    if len(problem.devices) == 2:
+        return solve_two_devices(problem)
+    return solve_milp(problem)

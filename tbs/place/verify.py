@@ -1,0 +1,196 @@
+"""Run a recommended placement for real and time it against single devices.
+
+The split model is the recorded forward pass replayed: every leaf call, in
+order, runs inside its chosen device's scope, on that device's own copy of the
+model (weights live where they run), and each tensor flows from the call that
+produced it — so only the activations that cross devices move. On TensorFlow the
+replay is one graph with a device scope per call; on JAX each call is compiled
+for its device and the replay copies inputs between them (one jit cannot span
+devices).
+Single-device placements are replayed the same way from the same host inputs,
+and all runners are sampled in interleaved rounds with the profiler's statistics.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from pathlib import Path
+
+import pandas as pd
+
+from tbs import backends
+from tbs.backends.base import Device
+from tbs.backends.tensors import iter_tensors, replace_tensors
+from tbs.capture.recorder import Capture, LayerCall, capture
+from tbs.errors import TbsError
+from tbs.load.inputs import batch_arrays, input_specs, load_user_input, structure_inputs
+from tbs.load.model import load_model
+from tbs.measure.stats import Summary
+from tbs.measure.timing import Interleaved, Measurement, Timer, TimingConfig
+from tbs.place.recommend import Recommendation
+from tbs.profiles.profile import Profile
+
+Source = tuple[str, int]  # (call name or "input", flat index)
+
+
+def dataflow(capture: Capture, model_inputs: Any) -> tuple[list[list[Source | None]], list[Source]]:
+    """For each call, where each of its tensor arguments comes from; and where the outputs come from."""
+    origin: dict[int, Source] = {id(x): ("input", i) for i, x in enumerate(iter_tensors(model_inputs))}
+    plan = []
+    for call in capture.calls:
+        plan.append([origin.get(id(x)) for x in iter_tensors((call.args, call.kwargs))])
+        for i, out in enumerate(iter_tensors(call.outputs)):
+            origin[id(out)] = (call.name, i)
+    outputs = [origin[id(x)] for x in iter_tensors(capture.outputs)]
+    return plan, outputs
+
+
+def replay_fn(placement: dict[str, str], calls_on: dict[str, dict[str, LayerCall]], devices: dict[str, Device],
+              plan: list[list[Source | None]], outputs: list[Source], order: list[str]) -> Callable[..., Any]:
+    """A function of the model's flat inputs that runs every call on its placed device."""
+
+    def replay(*model_inputs: Any) -> Any:
+        values: dict[Source, Any] = {("input", i): x for i, x in enumerate(model_inputs)}
+        for name, sources in zip(order, plan):
+            device = placement[name]
+            call = calls_on[device][name]
+            fed = [x if source is None else values[source]
+                   for x, source in zip(iter_tensors((call.args, call.kwargs)), sources)]
+            args, kwargs = replace_tensors((call.args, call.kwargs), fed)
+            out = devices[device].run_placed(call, args, kwargs)
+            for i, tensor in enumerate(iter_tensors(out)):
+                values[(name, i)] = tensor
+        return [values[source] for source in outputs]
+
+    return replay
+
+
+@dataclass
+class Verified:
+    name: str
+    placement: dict[str, str]
+    predicted_seconds_per_batch: float
+    measured: Summary
+    status: str
+
+    def overlaps(self, other: "Verified") -> bool:
+        return not (self.measured.ci_high_s < other.measured.ci_low_s or other.measured.ci_high_s < self.measured.ci_low_s)
+
+
+def run(candidates: list[tuple[str, dict[str, str], float]], captures: dict[str, Capture], model_inputs: Any,
+        devices: dict[str, Device], host: Device, config: TimingConfig) -> list[Verified]:
+    """Time each (name, placement, predicted seconds) candidate from host inputs, interleaved."""
+    reference = captures[host.name] if host.name in captures else next(iter(captures.values()))
+    plan, outputs = dataflow(reference, model_inputs)
+    order = [c.name for c in reference.calls]
+    calls_on = {d: {c.name: c for c in cap.calls} for d, cap in captures.items()}
+    flat = list(iter_tensors(model_inputs))
+    timer = Timer(config)
+    sampler = Interleaved(timer, host.harness(False))
+    for name, placement, _ in candidates:
+        sampler.add(name, host.replay_runner(replay_fn(placement, calls_on, devices, plan, outputs, order), flat))
+    done: dict[Any, Measurement] = {}
+    sampler.run(on_done=done.__setitem__)
+    return [Verified(name, placement, predicted, done[name].summary(), done[name].status)
+            for name, placement, predicted in candidates]
+
+
+def verdict(split: Verified, best_single: Verified) -> str:
+    """A split is a win only when it measures better with non-overlapping confidence intervals."""
+    if split.placement == best_single.placement:
+        return "the recommendation is a single device"
+    if split.measured.median_s < best_single.measured.median_s and not split.overlaps(best_single):
+        return "measured win: the split is faster than the best single device"
+    if split.overlaps(best_single):
+        return "no measured win: the split and the best single device are within each other's noise"
+    return "no measured win: the best single device is faster; keep it"
+
+
+def relative_error(predicted: float, measured: float) -> float:
+    return math.inf if measured <= 0 else (predicted - measured) / measured
+
+
+@dataclass
+class Verification:
+    """A placement run for real against the single devices, from the same host inputs."""
+
+    batch_size: int
+    results: list[Verified]  # the recommendation first, then each single device
+    placed_right: int  # layers whose ops ran on the device they were placed on
+    layers: int
+
+    @property
+    def best_single(self) -> Verified:
+        singles = self.results[1:]
+        return min(singles, key=lambda r: r.measured.median_s) if singles else self.results[0]
+
+    @property
+    def verdict(self) -> str:
+        return verdict(self.results[0], self.best_single)
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """Predicted and measured seconds per sample (with the CI) for each placement."""
+        b = self.batch_size
+        return pd.DataFrame([{
+            "placement": r.name, "predicted_seconds_per_sample": r.predicted_seconds_per_batch / b,
+            "measured_seconds_per_sample": r.measured.median_s / b, "ci_low_seconds_per_sample": r.measured.ci_low_s / b,
+            "ci_high_seconds_per_sample": r.measured.ci_high_s / b,
+            "relative_error": relative_error(r.predicted_seconds_per_batch, r.measured.median_s), "status": r.status,
+        } for r in self.results])
+
+
+def _devices_for(profile: Profile, rec: Recommendation) -> tuple[dict[str, Device], list[str]]:
+    found = {d.name: d for d in backends.discover(profile.backend).devices}
+    needed = sorted(set(rec.chosen.placement.values()) | {rec.inputs.host} |
+                    {d for e in rec.single_devices for d in e.placement.values()})
+    absent = [d for d in needed if d not in found]
+    if absent:
+        raise TbsError(f"--verify: device(s) {', '.join(absent)} of the profile are not on this machine "
+                       f"(found {', '.join(found)}); set TBS_LOGICAL_CPUS as when profiling")
+    return found, needed
+
+
+def verify_recommendation(profile: Profile, rec: Recommendation, custom_objects: dict[str, Any] | None = None,
+                          safe_mode: bool = True) -> Verification:
+    """Run the recommended placement and the single devices for real; predicted against measured."""
+    meta = profile.metadata
+    backends.choose(profile.backend)  # the profile's backend, before Keras is imported
+    if meta.get("merged_from"):
+        raise TbsError("--verify runs one machine's profile; pass a single profile directory")
+    recorded = meta.get("model", {}).get("path")
+    if not recorded:
+        raise TbsError("--verify replays the profiled model file, and this profile was measured on an in-memory "
+                       "model: save it (model.save('m.keras')) and profile the file")
+    model_path = Path(recorded)
+    if not model_path.is_file():
+        raise TbsError(f"--verify needs the profiled model file '{model_path}' on this machine")
+    found, needed = _devices_for(profile, rec)
+    host = found[rec.inputs.host]
+    batch, training = rec.inputs.batch_size, profile.mode == "training"
+    loaded = {d: load_model(model_path, custom_objects or {}, scope=found[d].scope, safe_mode=safe_mode).model
+              for d in needed}
+    specs = input_specs(loaded[host.name])
+    source = str(meta.get("input_source", ""))
+    if source.startswith("in-memory"):
+        raise TbsError("--verify needs the profile's input data as a file; it was measured on in-memory arrays: "
+                       "save them (np.save) and profile with input='data.npy'")
+    user = None if source.startswith("synthetic") else load_user_input(Path(source), specs)
+    arrays = batch_arrays(specs, batch, int(meta.get("seed", 0)), user)
+    host_inputs = host.place(structure_inputs(loaded[host.name], arrays, specs))
+    captures = {}
+    for d in needed:
+        with found[d].scope():
+            captures[d] = capture(loaded[d], host_inputs if d == host.name else found[d].place(host_inputs),
+                                  training, found[d], record_devices=True)
+    by_name = {d: {c.name: c for c in cap.calls} for d, cap in captures.items()}
+    placed_right = sum(found[d].ran_here(by_name[d][name]) for name, d in rec.chosen.placement.items())
+    candidates = [("recommended", rec.chosen.placement, rec.chosen.seconds_per_batch)]
+    candidates += [(e.name, e.placement, e.seconds_per_batch) for e in rec.single_devices]
+    fields = TimingConfig.__dataclass_fields__
+    config = TimingConfig(**{k: v for k, v in (meta.get("timing") or {}).items() if k in fields})
+    results = run(candidates, captures, host_inputs, found, host, config)
+    return Verification(batch, results, placed_right, len(rec.chosen.placement))

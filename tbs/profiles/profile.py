@@ -1,0 +1,210 @@
+"""A profile as one Python object: the result that cost, placement and every report read.
+
+``load_profile`` reads a profile directory (checking its format version);
+``Profile.save`` writes one, so a profile measured into a temporary directory,
+merged or re-priced can be kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import pandas as pd
+
+from tbs.errors import ProfileError
+from tbs.schema import (FORMAT_VERSION, MODEL_COLUMNS, READABLE_VERSIONS, SAMPLE_COLUMNS, SUMMARY_COLUMNS,
+                        TRANSFER_COLUMNS, ProfileMetadata, ProfileStatus)
+
+FILES = {"summary": SUMMARY_COLUMNS, "model": MODEL_COLUMNS, "samples": SAMPLE_COLUMNS, "transfers": TRANSFER_COLUMNS}
+
+
+@contextmanager
+def no_interrupts() -> Iterator[None]:
+    """Hold Ctrl-C until a file write is complete, so no row is ever half-written."""
+    blockable = hasattr(signal, "pthread_sigmask")
+    if blockable:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        if blockable:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def write_csv_atomic(frame: pd.DataFrame, path: Path) -> None:
+    tmp = path.with_suffix(".csv.tmp")
+    frame.to_csv(tmp, index=False)
+    with no_interrupts():
+        os.replace(tmp, path)
+
+
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    with no_interrupts():
+        os.replace(tmp, path)
+
+
+@dataclass
+class Profile:
+    """Every cell measured for one model (or several machines' profiles of it, merged).
+
+    ``summary``: one row per layer x device x batch size; ``model``: the whole model per
+    device and batch, with the sum of its layers; ``samples``: every raw timing;
+    ``transfers``: the copy-cost samples between devices; ``metadata``: what was
+    measured, where and how.
+    """
+
+    directory: Path
+    metadata: ProfileMetadata
+    summary: pd.DataFrame
+    model: pd.DataFrame
+    samples: pd.DataFrame
+    transfers: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=TRANSFER_COLUMNS))
+
+    @property
+    def complete(self) -> bool:
+        return self.metadata.get("status") == ProfileStatus.COMPLETE
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata.get("model", {}).get("name", self.directory.name))
+
+    @property
+    def backend(self) -> str:
+        return str(self.metadata.get("backend") or "tensorflow")
+
+    @property
+    def mode(self) -> str:
+        return str(self.metadata.get("mode") or "inference")
+
+    @property
+    def hostname(self) -> str:
+        return str(self.metadata.get("host", {}).get("hostname", "host"))
+
+    @property
+    def layers(self) -> list[dict[str, Any]]:
+        return list(self.metadata.get("layers", []))
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        return sorted({int(b) for b in self.metadata.get("batch_sizes", [])})
+
+    @property
+    def devices(self) -> list[str]:
+        return [str(d["name"]) for d in self.metadata.get("devices", [])]
+
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        """Write this profile as a profile directory (any tbs command can read it back)."""
+        target = Path(directory)
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ProfileError(f"cannot create profile directory '{target}' ({exc.strerror}); choose another") from None
+        for name, columns in FILES.items():
+            frame = getattr(self, name)
+            write_csv_atomic(frame[[c for c in columns if c in frame.columns]], target / f"{name}.csv")
+        write_json_atomic(target / "metadata.json", dict(self.metadata))
+        report = self.directory / "report.html"
+        if report.is_file() and report.resolve() != (target / "report.html").resolve():
+            shutil.copyfile(report, target / "report.html")
+        return target
+
+    def __repr__(self) -> str:
+        return (f"<tbs.Profile {self.name}: {len(self.layers)} layers, devices {', '.join(self.devices) or '-'}, "
+                f"batch {', '.join(map(str, self.batch_sizes)) or '-'}, {len(self.summary)} cells, "
+                f"{self.metadata.get('status', '?')} ({self.directory})>")
+
+    def _repr_html_(self) -> str:
+        """A compact table in Jupyter: the whole model per device and batch, not every cell."""
+        from html import escape
+
+        model = self.model
+        columns = [c for c in ("device", "batch_size", "status", "per_sample_s", "layers_sum_per_sample_s",
+                               "cost_per_sample_usd") if c in model.columns]
+        table = model[columns].to_html(index=False, na_rep="", float_format=lambda v: f"{v:.3g}",
+                                       max_rows=20, border=0)
+        return (f"<div><b>tbs profile of {escape(self.name)}</b> — {len(self.layers)} layers, "
+                f"{len(self.summary)} layer cells, {escape(str(self.metadata.get('status', '?')))}, "
+                f"{escape(self.mode)} on {escape(self.backend)}<br>{table}"
+                f"<small>Per-layer rows: <code>.summary</code>; raw samples: <code>.samples</code>; "
+                f"<code>tbs.render(p, \"html\")</code> for the full report.</small></div>")
+
+
+def _read_csv(path: Path, columns: list[str]) -> pd.DataFrame:
+    if not path.exists() or path.stat().st_size == 0:
+        return pd.DataFrame(columns=columns)
+    try:
+        frame = pd.read_csv(path, keep_default_na=True)
+    except (pd.errors.ParserError, UnicodeDecodeError, OSError) as exc:
+        raise ProfileError(f"'{path}' is damaged ({str(exc).splitlines()[0]}); re-run tbs profile without --resume") from None
+    for column in columns:
+        if column not in frame.columns:
+            frame[column] = None
+    return frame
+
+
+def check_version(metadata: dict[str, Any], where: Path) -> None:
+    """Refuse a profile whose format this tbs cannot read, naming the tbs that wrote it."""
+    version = metadata.get("tbs_profile_version", 1)
+    if version not in READABLE_VERSIONS:
+        writer = metadata.get("tbs_version") or "an unknown tbs version"
+        raise ProfileError(
+            f"'{where}' is profile format {version}, written by tbs {writer}; this tbs reads formats "
+            f"{', '.join(map(str, READABLE_VERSIONS))} (up to {FORMAT_VERSION}): upgrade tbs, or re-run tbs profile"
+        )
+
+
+def load_profile(directory: str | os.PathLike[str]) -> Profile:
+    directory = Path(directory)
+    meta_path = directory / "metadata.json"
+    if not meta_path.is_file():
+        raise ProfileError(f"'{directory}' is not a tbs profile (no metadata.json); run tbs profile first")
+    try:
+        metadata = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, OSError) as exc:
+        raise ProfileError(f"'{meta_path}' is unreadable ({exc}); re-run tbs profile") from None
+    if not isinstance(metadata, dict):
+        raise ProfileError(f"'{meta_path}' is not a tbs profile's metadata; re-run tbs profile")
+    check_version(metadata, directory)
+    frames = {name: _read_csv(directory / f"{name}.csv", columns) for name, columns in FILES.items()}
+    return Profile(directory=directory, metadata=metadata, **frames)
+
+
+def with_layer_sums(summary: pd.DataFrame, model: pd.DataFrame) -> pd.DataFrame:
+    """Model rows plus the sum of their layers' medians (over measured layers only)."""
+    model = model.copy()
+    if model.empty:
+        return model
+    measured = summary[summary["median_s"].notna()] if not summary.empty else summary
+    if measured.empty:
+        model["layers_sum_s"] = None
+        model["layers_measured"] = 0
+    else:
+        sums = measured.groupby(["device", "batch_size", "mode"]).agg(
+            layers_sum_s=("median_s", "sum"), layers_measured=("median_s", "size")
+        ).reset_index()
+        model = model.drop(columns=["layers_sum_s", "layers_measured"], errors="ignore").merge(
+            sums, on=["device", "batch_size", "mode"], how="left"
+        )
+    model["layers_sum_per_sample_s"] = model["layers_sum_s"] / model["batch_size"]
+    return model[[c for c in MODEL_COLUMNS if c in model.columns]]
+
+
+def in_layer_order(summary: pd.DataFrame, layers: list[dict[str, Any]]) -> pd.DataFrame:
+    """Rows by batch size, device, then the model's layer order (cells finish in any order)."""
+    rank = {layer["name"]: i for i, layer in enumerate(layers)}
+    order = summary["layer"].map(lambda name: rank.get(name, len(rank)))
+    return (summary.assign(_order=order).sort_values(["batch_size", "device", "_order"], kind="stable")
+            .drop(columns="_order").reset_index(drop=True))
+
+

@@ -1,0 +1,38 @@
+"""One entry to every renderer: a Profile (and a solved Recommendation) in, text out.
+
+Renderers return strings and never measure or solve; writing files is the
+caller's job (the API and the CLI).
+"""
+
+from __future__ import annotations
+
+from tbs.errors import TbsError
+from tbs.place.recommend import Recommendation
+from tbs.profiles.profile import Profile
+from tbs.report import console, html, json
+
+FORMATS = ("text", "html", "json", "csv")
+
+
+def render(profile: Profile | None, fmt: str = "text", recommendation: Recommendation | str | None = None,
+           samples: int | None = None) -> str:
+    """``fmt`` is text (console tables), html (the self-contained report), json or csv (the per-layer rows).
+
+    ``recommendation`` adds the placement (a str says why there is none); ``samples``
+    adds the cost of a workload of that many samples to the HTML summary.
+    """
+    if fmt not in FORMATS:
+        raise TbsError(f"format '{fmt}' is not one of {', '.join(FORMATS)}")
+    rec = recommendation if isinstance(recommendation, Recommendation) else None
+    if profile is None:
+        if rec is None or fmt not in ("text", "json"):
+            raise TbsError("render needs a profile (or a recommendation, as text or json)")
+        return console.recommendation_text(rec) if fmt == "text" else json.render(None, rec)
+    if fmt == "html":
+        return html.render(profile, samples, recommendation)
+    if fmt == "json":
+        return json.render(profile, rec)
+    if fmt == "csv":
+        return profile.summary.to_csv(index=False)
+    text = console.render(profile)
+    return text if rec is None else f"{text}\n\n{console.recommendation_text(rec)}"

@@ -1,0 +1,63 @@
+"""Machine-readable output: a profile (with its winners) and a recommendation as JSON text."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tbs.place.recommend import Evaluation, Recommendation, layer_rows, saving
+from tbs.profiles.profile import Profile, with_layer_sums
+from tbs.report.analysis import winners
+
+
+def _records(frame: Any) -> list[dict[str, Any]]:
+    return json.loads(frame.to_json(orient="records"))
+
+
+def profile_dict(profile: Profile) -> dict[str, Any]:
+    model = with_layer_sums(profile.summary, profile.model)
+    return {
+        "model": profile.metadata.get("model"),
+        "devices": profile.metadata.get("devices"),
+        "devices_missing": profile.metadata.get("devices_missing"),
+        "prices_usd_per_hour": profile.metadata.get("prices_usd_per_hour"),
+        "layers": _records(profile.summary),
+        "model_rows": _records(model),
+        "fastest": _records(winners(profile.summary, "time")),
+        "cheapest": _records(winners(profile.summary, "cost")),
+    }
+
+
+def _evaluation(e: Evaluation, batch: int) -> dict[str, Any]:
+    return {"name": e.name, "placement": e.placement, **e.per_sample(batch)}
+
+
+def recommendation_dict(rec: Recommendation) -> dict[str, Any]:
+    """The answer, the alternatives, and every input the optimiser used (so anyone can check it)."""
+    batch = rec.inputs.batch_size
+    out = {
+        "objective": rec.objective, "billing": rec.billing, "batch_size": batch, "method": rec.method,
+        "layers": layer_rows(rec),
+        "recommended": _evaluation(rec.chosen, batch),
+        "single_devices": [_evaluation(e, batch) for e in rec.single_devices],
+        "per_layer_argmin": _evaluation(rec.argmin, batch) if rec.argmin else None,
+        "saving": saving(rec),
+        "frontier": [_evaluation(e, batch) for e in rec.frontier],
+        "inputs": rec.inputs.as_dict(),
+    }
+    if rec.verification is not None:
+        ver = rec.verification
+        out["verification"] = {"results": _records(ver.table), "placed_right": ver.placed_right,
+                               "layers": ver.layers, "verdict": ver.verdict}
+    return out
+
+
+def render(profile: Profile | None = None, recommendation: Recommendation | None = None) -> str:
+    """JSON text: the profile, the recommendation, or both (``{"profile": ..., "recommendation": ...}``)."""
+    if profile is not None and recommendation is not None:
+        payload: dict[str, Any] = {"profile": profile_dict(profile), "recommendation": recommendation_dict(recommendation)}
+    elif recommendation is not None:
+        payload = recommendation_dict(recommendation)
+    else:
+        payload = profile_dict(profile) if profile is not None else {}
+    return json.dumps(payload, indent=2, default=str)

@@ -1,0 +1,234 @@
+"""One profiling run behind ``tbs.profile``: check the request, load the model per device, measure, save.
+
+Checks that need no framework come first (files, batch sizes), so a mistake is
+reported before the slow import of TensorFlow or JAX; then the backend is chosen,
+devices found, the model loaded on the first device and its inputs made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from dataclasses import asdict, dataclass
+from importlib import metadata as _metadata
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+
+from tbs import backends
+from tbs.backends.base import Device, select
+from tbs.backends.host import host_info, now_iso
+from tbs.cost.reprice import row_pricer
+from tbs.errors import InputDataError, TbsError
+from tbs.load.inputs import InputSpec, check_input_arrays, input_specs, load_user_input
+from tbs.load.model import LoadedModel, check_model_file, import_custom_objects, load_model, load_model_object
+from tbs.measure import neighbours
+from tbs.measure.profiler import Profiler, ProfileRequest
+from tbs.measure.timing import TimingConfig
+from tbs.profiles.store import ProfileStore
+from tbs.progress import Reporter
+from tbs.schema import FORMAT_VERSION
+
+
+@dataclass
+class RunOptions:
+    model: Any  # a path, or an in-memory keras.Model
+    batch_sizes: list[int]
+    device_tokens: list[str] | None
+    prices: dict[str, float]
+    training: bool
+    backend: str | None
+    input: Any  # None, a path, or arrays
+    custom_objects: Any  # None, .py paths, or a dict of classes
+    out: Path | None
+    resume: bool
+    timing: TimingConfig
+    xla: bool
+    seed: int
+    safe_mode: bool
+
+
+def check_batch_sizes(sizes: Iterable[int]) -> list[int]:
+    """Whole numbers of at least 1, sorted, each once."""
+    checked = []
+    for size in [sizes] if isinstance(sizes, (int, str)) else list(sizes):
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+            raise TbsError(f"batch size {size!r} must be a whole number of at least 1; e.g. batch_sizes=[32, 512]")
+        checked.append(int(size))
+    if not checked:
+        raise TbsError("no batch size given; e.g. batch_sizes=[32, 512] (--batch 32,512)")
+    return sorted(set(checked))
+
+
+def _is_path(value: Any) -> bool:
+    return isinstance(value, (str, os.PathLike))
+
+
+def custom_object_dict(custom_objects: Any) -> dict[str, Any]:
+    """Classes and functions by name: from .py files (imported) or a dict given in Python."""
+    if custom_objects is None:
+        return {}
+    if isinstance(custom_objects, Mapping):
+        return dict(custom_objects)
+    paths = [custom_objects] if _is_path(custom_objects) else list(custom_objects)
+    return import_custom_objects([Path(p) for p in paths])
+
+
+def _precheck(options: RunOptions) -> None:
+    """File problems that need no framework: report them before the slow import."""
+    if _is_path(options.model):
+        check_model_file(Path(options.model))
+    elif not hasattr(options.model, "count_params"):
+        raise TbsError(f"model: {type(options.model).__name__} is neither a model file path nor a keras.Model")
+    if options.custom_objects is not None and not isinstance(options.custom_objects, Mapping):
+        paths = [options.custom_objects] if _is_path(options.custom_objects) else list(options.custom_objects)
+        for path in paths:
+            if not Path(path).is_file():
+                raise TbsError(f"--custom-objects: file '{path}' does not exist; pass the .py file defining your layers")
+    if _is_path(options.input) and not Path(options.input).is_file():
+        raise InputDataError(f"--input: file '{options.input}' does not exist; pass a .npy, .npz or pickle file")
+    if options.backend is not None:
+        backends.check(options.backend)
+
+
+def _backend_for(options: RunOptions) -> str:
+    """The backend asked for; an in-memory model runs on the backend Keras already uses."""
+    if _is_path(options.model):
+        return options.backend or "tensorflow"
+    running = backends.current()
+    if options.backend and options.backend != running:
+        raise TbsError(f"backend '{options.backend}': this in-memory model lives on Keras's {running} backend; "
+                       f"pass backend='{running}', or save the model and profile the file in a new process")
+    return running
+
+
+def _array_digest(arrays: list[np.ndarray]) -> str:
+    digest = hashlib.sha256()
+    for array in arrays:
+        digest.update(str((array.shape, array.dtype)).encode())
+        digest.update(np.ascontiguousarray(array).tobytes() if array.dtype.kind not in "OSU" else repr(array.tolist()).encode())
+    return digest.hexdigest()[:16]
+
+
+class Run:
+    """The state of one ``tbs.profile`` call, from checked options to a measured store."""
+
+    def __init__(self, options: RunOptions, reporter: Reporter, warn: Callable[[str], None]) -> None:
+        self.options = options
+        self.reporter = reporter
+        self.warn = warn
+        self.registration: neighbours.Registration | None = None
+
+    @property
+    def directory(self) -> Path | None:
+        return self.options.out
+
+    def prepare(self) -> None:
+        """Check, choose the backend, find devices, load the model once, make its inputs."""
+        o = self.options
+        _precheck(o)
+        self.backend = _backend_for(o)
+        backends.choose(self.backend)  # before anything imports Keras
+        self.reporter.status(f"tbs: loading {self.backend} and {o.model if _is_path(o.model) else 'the model'} ...")
+        self.discovery = backends.discover(self.backend)
+        self.devices = select(self.discovery, o.device_tokens, self.warn)
+        self.custom = custom_object_dict(o.custom_objects)
+        self.loaded = self.load_on(self.devices[0])
+        self.reporter.status("")
+        self.specs, self.user_arrays = self._inputs()
+        self.model_name = self.loaded.name
+
+    def load_on(self, device: Device) -> LoadedModel:
+        o = self.options
+        if _is_path(o.model):
+            return load_model(Path(o.model), self.custom, scope=device.scope, safe_mode=o.safe_mode)
+        return load_model_object(o.model, scope=device.scope)
+
+    def _inputs(self) -> tuple[list[InputSpec], list[np.ndarray] | None]:
+        o, name = self.options, self.loaded.name
+        try:
+            specs = input_specs(self.loaded.model)
+        except Exception as exc:  # odd build state of a custom model: ask for data instead of guessing
+            raise InputDataError(f"cannot read the input specs of model '{name}' ({exc}); pass --input FILE") from None
+        user = None
+        if _is_path(o.input):
+            user = load_user_input(Path(o.input), specs)
+        elif o.input is not None:
+            user = check_input_arrays(o.input, specs, "the input arrays")
+        if not specs:
+            raise InputDataError(f"cannot tell the inputs of model '{name}' (none declared); pass --input FILE with sample data")
+        for spec in specs if user is None else []:
+            if spec.has_unknown_dims:
+                shape = "x".join(str(d) for d in spec.concrete_shape(1)[1:])
+                self.warn(f"input {spec.describe()} has unknown dimensions; using {shape} (pass --input for your shapes)")
+        return specs, user
+
+    def _input_source(self) -> str:
+        o = self.options
+        if _is_path(o.input):
+            return str(o.input)
+        if self.user_arrays is not None:
+            return f"in-memory arrays (sha256 {_array_digest(self.user_arrays)})"
+        return f"synthetic (seed {o.seed})"
+
+    def metadata(self) -> dict[str, Any]:
+        o = self.options
+        env = backends.environment(self.backend, o.xla)
+        return {
+            "tbs_profile_version": FORMAT_VERSION, "tbs_version": _tbs_version(),
+            "model": self.loaded.describe(),
+            "inputs": [dict(name=s.name, shape=list(s.shape), dtype=s.dtype) for s in self.specs],
+            "input_source": self._input_source(), "seed": o.seed,
+            "mode": "training" if o.training else "inference", "batch_sizes": o.batch_sizes,
+            "devices": [d.as_dict() for d in self.devices], "devices_missing": self.discovery.missing,
+            "prices_usd_per_hour": o.prices, "host": host_info(), "versions": env["versions"],
+            "settings": env["settings"], "timing": asdict(o.timing), "xla": env["xla"],
+            "command": list(sys.argv), "started": now_iso(), "backend": self.backend,
+        }
+
+    def start(self, store: ProfileStore) -> None:
+        """A new profile in the store, or the unfinished one reopened with --resume."""
+        existing = store.existing_status()
+        metadata = self.metadata()
+        if self.options.resume and existing in ("running", "interrupted", "complete"):
+            finished = store.resume(metadata)
+            self.reporter.note(f"tbs: resuming {store.directory} ({finished} cells already measured)")
+        else:
+            if existing in ("running", "interrupted") and not self.options.resume:
+                raise TbsError(f"'{store.directory}' holds an unfinished profile; add --resume to finish it, "
+                               f"or --out DIR for a new one")
+            if self.options.resume:
+                self.warn(f"nothing to resume in {store.directory}; starting a new profile")
+            store.create(metadata)
+        for other in neighbours.others():
+            self.warn(f"another tbs run is measuring on this machine ({other}); its load skews every timing here")
+        self.registration = neighbours.Registration(str(store.directory))
+
+    def measure(self, store: ProfileStore, should_stop: Callable[[], bool]) -> None:
+        o = self.options
+        request = ProfileRequest(
+            loaded=self.loaded, load_on=self.load_on, devices=self.devices, batch_sizes=o.batch_sizes,
+            training=o.training, specs=self.specs, user_arrays=self.user_arrays, config=o.timing, jit=o.xla,
+            host=str(store.metadata.get("host", {}).get("hostname", "")), seed=o.seed,
+            host_device=next((d for d in self.discovery.devices if d.kind == "cpu"), None),
+            price_row=row_pricer(o.prices),
+        )
+        Profiler(request, store, self.reporter, should_stop=should_stop).run()
+
+    def close(self) -> None:
+        if self.registration is not None:
+            self.registration.close()
+            self.registration = None
+
+    @staticmethod
+    def now() -> str:
+        return now_iso()
+
+
+def _tbs_version() -> str:
+    try:
+        return _metadata.version("tbs")
+    except _metadata.PackageNotFoundError:
+        return "unknown"

@@ -1,0 +1,142 @@
+"""The profile format every stage shares: its version, cell statuses, cell keys, columns, metadata.
+
+The measuring stage writes it and every later stage reads it, so it sits below
+them all (beside ``errors`` and ``units``) rather than inside one stage.
+
+Format history (``FORMAT_VERSION``, written to ``metadata.json`` as ``tbs_profile_version``):
+- 1: tbs 0.1 — summary.csv, model.csv, samples.csv, transfers.csv, metadata.json.
+- 2: tbs 0.2 — same files and columns; the version is checked on load, ``tbs_version``
+  records which tbs wrote the profile, and ``inactive`` marks layers that do nothing
+  in the measured mode. Version 1 profiles read unchanged.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, NamedTuple, TypedDict
+
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+
+
+class Status(str, Enum):
+    """What became of one cell (a str, so it compares equal to the text in the CSV files)."""
+
+    OK = "ok"
+    NOISY = "noisy"  # measured, but its CI stayed wider than the target
+    OOM = "oom"
+    ERROR = "error"
+    CPU_FALLBACK = "cpu-fallback"  # measured, but some ops ran on the host CPU
+    UNSUPPORTED = "unsupported"  # this backend cannot run the call at all
+
+    def __str__(self) -> str:
+        return self.value
+
+
+MEASURED = (Status.OK.value, Status.NOISY.value)  # a time that ran where it says
+USABLE = MEASURED + (Status.CPU_FALLBACK.value,)  # a time worth drawing (fallback flagged)
+FAILED = (Status.OOM.value, Status.ERROR.value)  # retried by --resume
+NOT_MEASURED = FAILED + (Status.UNSUPPORTED.value,)
+
+
+class ProfileStatus(str, Enum):
+    RUNNING = "running"
+    INTERRUPTED = "interrupted"
+    COMPLETE = "complete"
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class CellKey(NamedTuple):
+    """One measured cell: a layer (or the whole model) on one device at one batch size."""
+
+    target: str  # "layer" | "model"
+    layer: str
+    device: str
+    batch_size: int
+    mode: str
+
+    @classmethod
+    def of(cls, target: str, layer: str, device: str, batch_size: int, mode: str) -> "CellKey":
+        return cls(target, layer, device, int(batch_size), mode)
+
+
+MODEL_LAYER = "(model)"  # the layer column of whole-model samples
+
+SUMMARY_COLUMNS = [
+    "layer", "layer_type", "category", "device", "device_kind", "batch_size", "mode", "status",
+    "reason", "n", "iterations", "median_s", "p25_s", "p75_s", "ci_low_s", "ci_high_s",
+    "per_sample_s", "usd_per_hour", "cost_per_sample_usd", "first_call_s", "host",
+]
+MODEL_COLUMNS = [
+    "device", "device_kind", "batch_size", "mode", "status", "reason", "n", "iterations",
+    "median_s", "p25_s", "p75_s", "ci_low_s", "ci_high_s", "per_sample_s", "layers_sum_s",
+    "layers_sum_per_sample_s", "layers_measured", "dispatch_overhead_s", "input_copy_s",
+    "input_bytes", "first_call_s", "usd_per_hour", "cost_per_sample_usd", "host",
+]
+TRANSFER_COLUMNS = ["src", "dst", "bytes", "sample", "seconds"]
+SAMPLE_COLUMNS = [
+    "target", "layer", "device", "batch_size", "mode", "sample", "iterations", "raw_seconds",
+    "harness_call_s", "harness_iteration_s", "seconds_per_call", "host",
+]
+
+# Settings that change what a number means: a resumed profile must match them, and
+# profiles measured with different ones are not merged into one comparison.
+MEASUREMENT_SETTINGS = ("mode", "xla", "input_source", "prices_usd_per_hour", "timing", "backend")
+# Of those, the ones that must agree across machines for their numbers to compare: what was
+# run (the mode) and, on one backend, how it was compiled. Prices are re-applied when merging,
+# backends are labelled, and the statistics settings change how sure a number is, not what it means.
+MERGE_SETTINGS = ("mode",)
+
+
+class LayerInfo(TypedDict, total=False):
+    name: str
+    type: str
+    category: str
+    params: int
+    input_shapes: list[list[int | None]]
+    output_shapes: list[list[int | None]]
+    input_bytes: int
+    output_bytes: int
+    batch_size: int
+    inactive: bool  # does nothing in the measured mode (Dropout, random augmentation in inference)
+
+
+class ProfileMetadata(TypedDict, total=False):
+    """``metadata.json``: what was measured, where, how, and how far it got."""
+
+    tbs_profile_version: int
+    tbs_version: str
+    model: dict[str, Any]  # name, path, sha256, class, params
+    inputs: list[dict[str, Any]]
+    input_source: str
+    seed: int
+    mode: str  # "inference" | "training"
+    batch_sizes: list[int]
+    devices: list[dict[str, Any]]
+    devices_missing: dict[str, str]
+    prices_usd_per_hour: dict[str, float]
+    spot_discount: dict[str, float]
+    price_sources: dict[str, dict[str, str]]
+    host: dict[str, Any]
+    versions: dict[str, str]
+    settings: dict[str, Any]
+    timing: dict[str, Any]
+    xla: bool
+    backend: str
+    command: list[str]
+    started: str
+    finished: str
+    elapsed_s: float
+    status: str
+    error: str
+    resumed: int
+    layers: list[LayerInfo]
+    graph: dict[str, list[dict[str, Any]]]
+    transfers: dict[str, dict[str, float]]
+    host_device: str
+    harness_overhead: dict[str, dict[str, float]]
+    environments: list[dict[str, Any]]
+    merged_from: list[str]

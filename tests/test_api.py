@@ -1,0 +1,166 @@
+"""The Python API on real TensorFlow: what a notebook user calls, and the result objects it returns."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import ROOT, keras, sequential_model
+import tbs
+from tbs.errors import ProfileError, TbsError
+
+FAST = tbs.TimingConfig(min_samples=3, cell_budget_seconds=0.05, min_block_seconds=0.001, min_span_seconds=0.0)
+
+
+def quick(model, **options):
+    options.setdefault("timing", FAST)
+    options.setdefault("progress", None)
+    return tbs.profile(model, **options)
+
+
+@pytest.fixture(scope="module")
+def in_memory_profile():
+    return quick(sequential_model(), batch_sizes=[4, 8], prices={"cpu": 0.5, "gpu": 3})
+
+
+def test_in_memory_model_profiles_into_a_temporary_directory(in_memory_profile):
+    p = in_memory_profile
+    assert isinstance(p, tbs.Profile) and p.complete
+    assert isinstance(p.summary, pd.DataFrame) and isinstance(p.model, pd.DataFrame)
+    assert sorted(p.summary["layer"].unique()) == ["dense", "dense_1", "dropout"]
+    assert sorted(p.summary["batch_size"].unique()) == [4, 8]
+    assert p.metadata["model"]["format"] == "in-memory" and p.metadata["model"]["path"] is None
+    assert p.directory.name.startswith("tbs-") and (p.directory / "report.html").is_file()
+    assert p.summary["cost_per_sample_usd"].notna().all()  # priced through a dict, like --cost
+
+
+def test_repr_html_is_a_compact_table_not_every_cell(in_memory_profile):
+    page = in_memory_profile._repr_html_()
+    assert page.count("<tr") == 1 + len(in_memory_profile.model)  # header + one row per device x batch
+    assert "tiny_seq" in page and "dense_1" not in page
+    assert "tiny_seq" in repr(in_memory_profile)
+
+
+def test_save_then_load_round_trips(in_memory_profile, tmp_path):
+    saved = in_memory_profile.save(tmp_path / "kept")
+    again = tbs.load(saved)
+    assert again.complete and len(again.summary) == len(in_memory_profile.summary)
+    assert (saved / "report.html").is_file()
+    repriced = tbs.load(saved, prices={"cpu": 1.0})
+    before, after = again.summary["cost_per_sample_usd"], repriced.summary["cost_per_sample_usd"]
+    assert np.allclose(after[before > 0] / before[before > 0], 2.0) and after.notna().all()
+
+
+def test_recommend_and_render_every_format(in_memory_profile):
+    rec = tbs.recommend(in_memory_profile, objective="time")
+    assert list(rec.placement.columns[:2]) == ["layer", "device"]
+    assert set(rec.placement["device"]) == {"cpu:0"}
+    html = tbs.render(in_memory_profile, "html", recommendation=rec)
+    assert html.startswith("<!DOCTYPE html>") and "Recommended placement" in html
+    text = tbs.render(in_memory_profile, "text", recommendation=rec)
+    assert "batch 4: time per sample" in text and "Placement for batch 8" in text
+    payload = json.loads(tbs.render(in_memory_profile, "json", recommendation=rec))
+    assert payload["recommendation"]["batch_size"] == 8 and payload["profile"]["layers"]
+    csv = tbs.render(in_memory_profile, "csv")
+    assert csv.splitlines()[0].startswith("layer,layer_type")
+    with pytest.raises(TbsError, match="format 'pdf'"):
+        tbs.render(in_memory_profile, "pdf")
+
+
+def test_arrays_as_input_and_a_callback_for_progress():
+    seen = []
+    data = np.random.default_rng(0).random((5, 6), dtype=np.float32)
+    p = quick(sequential_model(), batch_sizes=[3], input=data, progress=lambda label, left: seen.append(left))
+    assert p.metadata["input_source"].startswith("in-memory arrays")
+    assert any(left is not None for left in seen) and seen[-1] is not None and seen[-1] < 1.0
+
+
+def test_devices_says_what_is_missing_and_why():
+    table = tbs.devices(backend="tensorflow")
+    assert {"backend", "device", "kind", "available", "reason"} <= set(table.columns)
+    assert (table["device"] == "cpu:0").any()
+    missing = table[~table["available"]]
+    assert missing["reason"].str.len().gt(0).all()  # every missing kind says why
+
+
+def test_bad_arguments_are_one_line_errors_before_any_work(tmp_path):
+    with pytest.raises(TbsError, match="batch size 0"):
+        tbs.profile("models/x.pkl", batch_sizes=[0])
+    with pytest.raises(TbsError, match="does not exist"):
+        tbs.profile(tmp_path / "missing.pkl")
+    with pytest.raises(TbsError, match="neither a model file path nor a keras.Model"):
+        tbs.profile(42)
+    with pytest.raises(TbsError, match="unknown device 'npu'"):
+        tbs.profile(sequential_model(), devices="npu")
+    with pytest.raises(TbsError, match="backend 'jax'"):  # the in-memory model lives on TensorFlow here
+        tbs.profile(sequential_model(), backend="jax")
+
+
+def test_skipped_device_is_a_warning(seq_pkl, tmp_path):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quick(seq_pkl, batch_sizes=[2], devices=["cpu", "gpu"], out=tmp_path / "p", report=False)
+    assert any(issubclass(w.category, tbs.TbsWarning) and "skipping gpu" in str(w.message) for w in caught)
+
+
+def test_a_profile_directory_is_locked_while_measuring(seq_pkl, tmp_path):
+    from tbs.profiles.store import ProfileStore
+
+    holder = ProfileStore(tmp_path / "p")
+    holder.lock()
+    try:
+        with pytest.raises(ProfileError, match=r"being measured by tbs process \d+"):
+            quick(seq_pkl, batch_sizes=[2], out=tmp_path / "p")
+    finally:
+        holder.unlock()
+    assert quick(seq_pkl, batch_sizes=[2], out=tmp_path / "p", report=False).complete  # free again
+
+
+def test_a_profile_from_a_newer_tbs_is_refused_with_the_writer(in_memory_profile, tmp_path):
+    saved = in_memory_profile.save(tmp_path / "p")
+    meta = json.loads((saved / "metadata.json").read_text())
+    assert meta["tbs_profile_version"] == 2 and meta["tbs_version"]
+    meta.update(tbs_profile_version=99, tbs_version="9.0")
+    (saved / "metadata.json").write_text(json.dumps(meta))
+    with pytest.raises(ProfileError, match="format 99, written by tbs 9.0"):
+        tbs.load(saved)
+    del meta["tbs_profile_version"]  # a format-1 profile (tbs 0.1 wrote no version check) still reads
+    (saved / "metadata.json").write_text(json.dumps(meta))
+    assert tbs.load(saved).complete
+
+
+def test_merge_refuses_profiles_measured_in_different_modes(in_memory_profile, tmp_path):
+    a = in_memory_profile.save(tmp_path / "a")
+    b = in_memory_profile.save(tmp_path / "b")
+    meta = json.loads((b / "metadata.json").read_text())
+    meta["mode"] = "training"
+    (b / "metadata.json").write_text(json.dumps(meta))
+    with pytest.raises(ProfileError, match="mode 'training'.*same mode"):
+        tbs.load(a, b)
+
+
+@pytest.mark.slow
+def test_readme_python_example_runs_in_a_notebook_kernel(tmp_path):
+    """The README's notebook example, cell by cell, in a real Jupyter kernel: the profile shows as a table."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    readme = (ROOT / "README.md").read_text()
+    example = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    subprocess.run([sys.executable, str(ROOT / "models" / "build.py"), "cnn_flowers", "--if-missing"],
+                   check=True, cwd=ROOT, capture_output=True)
+    setup = "import os; os.chdir(%r); import tbs\n" % str(ROOT)
+    fast = "_fast = tbs.TimingConfig(min_samples=3, cell_budget_seconds=0.05, min_block_seconds=0.001, min_span_seconds=0.0)\n"
+    code = example.replace("tbs.profile(", "tbs.profile(timing=_fast, progress=None, out=%r, model=" % str(tmp_path / "nb"))
+    cells = [nbformat.v4.new_code_cell(setup + fast)]
+    cells += [nbformat.v4.new_code_cell(block) for block in code.split("\n\n") if block.strip()]
+    notebook = nbformat.v4.new_notebook(cells=cells)
+    nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3").execute()
+    shown = [o for cell in notebook.cells for o in cell.get("outputs", []) if o.get("output_type") == "execute_result"]
+    assert any("text/html" in o["data"] and "tbs profile of cnn_flowers" in o["data"]["text/html"] for o in shown)

@@ -1,0 +1,56 @@
+"""TensorFlow's native log lines stay off the user's terminal when discovery succeeds."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+DISCOVER = (
+    "from tbs.backends import choose, discover; choose('tensorflow'); "
+    "found = discover('tensorflow'); print(len([d for d in found.devices if d.kind == 'cpu']))"
+)
+
+
+def _discover_in_subprocess(tmp_path: Path, logical_cpus: str | None) -> subprocess.CompletedProcess:
+    """A fresh process: TensorFlow's runtime (and its CUDA probe) starts only once per process."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TBS_LOGICAL_CPUS", "TF_CPP_MIN_LOG_LEVEL")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    if logical_cpus is not None:
+        env["TBS_LOGICAL_CPUS"] = logical_cpus
+    return subprocess.run([sys.executable, "-c", DISCOVER], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _native_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "cuInit" in line or line.startswith(("E0000", "W0000", "I0000"))]
+
+
+def test_split_host_cpu_lets_no_native_line_through(tmp_path):
+    done = _discover_in_subprocess(tmp_path, "2")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "2"  # the split took effect
+    assert _native_lines(done.stderr) == []
+
+
+def test_plain_discovery_lets_no_native_line_through(tmp_path):
+    done = _discover_in_subprocess(tmp_path, None)
+    assert done.returncode == 0, done.stderr
+    assert _native_lines(done.stderr) == []
+
+
+def test_held_back_native_output_is_replayed_when_the_block_fails(capfd):
+    from tbs.backends.tensorflow.environment import native_stderr_captured
+
+    with native_stderr_captured():
+        os.write(2, b"probe chatter\n")
+    assert "probe chatter" not in capfd.readouterr().err
+    with pytest.raises(RuntimeError), native_stderr_captured():
+        os.write(2, b"the real cause\n")
+        raise RuntimeError("failed")
+    assert "the real cause" in capfd.readouterr().err
