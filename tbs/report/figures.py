@@ -138,6 +138,8 @@ def stacked_figure(stack: pd.DataFrame, whole: dict[str, float], missing: dict[s
                                   "<br>Σ layers: %{customdata[2]}<extra></extra>")
     what = "time per sample" if objective == "time" else "cost per 1M samples"
     title = f"Batch {batch}: {what}, layers stacked in model order (◆ = whole model)"
+    if len(stack.index) > MAX_LEGEND_LAYERS:
+        title += ": hover a segment for its layer"
     fig.update_layout(barmode="stack", title=title + ("<br><sup>" + "; ".join(gaps) + "</sup>" if gaps else ""),
                       height=max(170 + 80 * len(labels), 120 + 19 * (len(stack.index) + 1)),
                       showlegend=len(stack.index) <= MAX_LEGEND_LAYERS,
