@@ -105,8 +105,6 @@ def batch_table(profile: Profile, batch_size: int) -> str:
               if len(devices) > 1 else "[status] where not ok")
     table = pd.DataFrame(rows).to_string(index=False) if rows else "(nothing measured)"
     lines = [header, table, legend]
-    if inactive & set(summary["layer"]):
-        lines.append(inactive_meaning(profile))
     for _, m in (model.iterrows() if not model.empty else []):
         if _is_number(m.get("median_s")):
             lines.append(
@@ -120,8 +118,12 @@ def batch_table(profile: Profile, batch_size: int) -> str:
 
 
 def render(profile: Profile) -> str:
+    """A table per batch size; what † means, once, at the end."""
     batches = sorted(set(profile.summary["batch_size"].dropna().astype(int))) if not profile.summary.empty else []
-    return "\n\n".join(batch_table(profile, b) for b in batches)
+    text = "\n\n".join(batch_table(profile, b) for b in batches)
+    if not profile.summary.empty and set(inactive_layers(profile)) & set(profile.summary["layer"]):
+        text += "\n\n" + inactive_meaning(profile)
+    return text
 
 
 def comparison_table(rec: Recommendation) -> list[dict[str, str]]:

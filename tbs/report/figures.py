@@ -288,8 +288,13 @@ def scaling_figure(summary: pd.DataFrame, view: View, devices: list[str]) -> go.
                             args=[{"visible": visible}, {"title": f"{view.label(layer)}: time per sample"}]))
         start += count
     fig.update_layout(title=f"{view.label(heaviest)}: time per sample (pick a layer on the right)",
-                      xaxis=dict(type="log", title="batch size"),
+                      xaxis=batch_axis(sorted({int(b) for b in summary["batch_size"].dropna()})),
                       yaxis=dict(type="log", title="seconds per sample (median, 25–75% band)"),
                       updatemenus=[dict(buttons=buttons, x=1.0, xanchor="right", y=1.18, yanchor="top",
                                         active=view.layers.index(heaviest))])
     return fig
+
+
+def batch_axis(batches: list[int]) -> dict:
+    """A log batch-size axis labelled at the measured batch sizes only."""
+    return dict(type="log", title="batch size", tickvals=list(batches), ticktext=[str(b) for b in batches])

@@ -20,7 +20,7 @@ from tbs.place.recommend import Recommendation
 from tbs.profiles.profile import Profile, with_layer_sums
 from tbs.report.analysis import crossovers, winner, winners, with_intervals
 from tbs.report.console import INACTIVE_MARK, comparison_table, inactive_layers, training_command
-from tbs.report.figures import (View, heatmap_figure, layer_stack, missing_cells, scaling_figure, spread_figure,
+from tbs.report.figures import (View, batch_axis, heatmap_figure, layer_stack, missing_cells, scaling_figure, spread_figure,
                                 stacked_figure, whole_model)
 from tbs.schema import USABLE
 from tbs.units import format_seconds, format_usd
@@ -234,7 +234,7 @@ def section_model_cost(data: ReportData) -> str:
                         line=dict(color=data.view.color(device)),
                         hovertemplate=f"{device}<br>batch %{{x}}<br>%{{y:.3s}}<extra></extra>")
     label = "whole model: cost per sample (USD)" if what == "cost_per_sample_usd" else "whole model: time per sample (s)"
-    fig.update_layout(title=label, xaxis=dict(type="log", title="batch size"), yaxis=dict(type="log", title=label))
+    fig.update_layout(title=label, xaxis=batch_axis(data.batches), yaxis=dict(type="log", title=label))
     marks = []
     cpu = frame[frame["device_kind"] == "cpu"]
     for device in sorted(frame[frame["device_kind"] != "cpu"]["device"].unique()):
