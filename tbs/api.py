@@ -24,7 +24,7 @@ import pandas as pd
 from tbs import backends
 from tbs.backends.base import Device, parse_device_tokens
 from tbs.cost.prices import load_price_file, parse_prices, parse_spot
-from tbs.cost.reprice import reprice, row_pricer
+from tbs.cost.reprice import reprice
 from tbs.errors import ProfileError, TbsError, TbsWarning
 from tbs.measure.timing import Interrupted, TimingConfig
 from tbs.place.recommend import Recommendation

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import ROOT, keras, sequential_model
+from conftest import ROOT, sequential_model
 import tbs
 from tbs.errors import ProfileError, TbsError
 

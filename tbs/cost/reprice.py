@@ -25,6 +25,11 @@ def cost_per_sample_usd(per_sample_s: float | None, usd_per_hour: float | None) 
     return per_sample_s * usd_per_hour / SECONDS_PER_HOUR
 
 
+def usd_for_seconds(seconds: pd.Series, usd_per_hour: pd.Series) -> pd.Series:
+    """Column-wise: what each row's seconds cost at its row's price (NaN where unpriced)."""
+    return seconds * pd.to_numeric(usd_per_hour, errors="coerce") / SECONDS_PER_HOUR
+
+
 def usd_per_batch(seconds: float, usd_per_hour: float | None) -> float | None:
     """What a device costs for ``seconds`` of work (None when it has no price)."""
     return None if not is_number(usd_per_hour) else seconds * usd_per_hour / SECONDS_PER_HOUR
@@ -75,7 +80,7 @@ def reprice(profile: Profile, usd_per_hour: Mapping[str, float], spot: Mapping[s
             discount = lookup(spot, device, kind) or 0.0
             prices.append(None if price is None else price * (1.0 - discount))
         frame["usd_per_hour"] = pd.Series(prices, index=frame.index, dtype="float64")
-        frame["cost_per_sample_usd"] = frame["per_sample_s"] * frame["usd_per_hour"] / SECONDS_PER_HOUR
+        frame["cost_per_sample_usd"] = usd_for_seconds(frame["per_sample_s"], frame["usd_per_hour"])
         return frame
 
     metadata = dict(profile.metadata, prices_usd_per_hour=dict(usd_per_hour), spot_discount=dict(spot))

@@ -10,6 +10,7 @@ import math
 
 import pandas as pd
 
+from tbs.cost.reprice import usd_for_seconds
 from tbs.schema import USABLE
 
 
@@ -24,9 +25,8 @@ def with_intervals(frame: pd.DataFrame) -> pd.DataFrame:
     batch = out["batch_size"].astype(float)
     out["ci_low_per_sample_s"] = out["ci_low_s"] / batch
     out["ci_high_per_sample_s"] = out["ci_high_s"] / batch
-    price = pd.to_numeric(out.get("usd_per_hour"), errors="coerce") / 3600.0
-    out["ci_low_cost_usd"] = out["ci_low_per_sample_s"] * price
-    out["ci_high_cost_usd"] = out["ci_high_per_sample_s"] * price
+    out["ci_low_cost_usd"] = usd_for_seconds(out["ci_low_per_sample_s"], out["usd_per_hour"])
+    out["ci_high_cost_usd"] = usd_for_seconds(out["ci_high_per_sample_s"], out["usd_per_hour"])
     return out
 
 

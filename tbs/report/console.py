@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 
 import pandas as pd
 
@@ -10,7 +9,7 @@ from tbs.report.analysis import winner
 from tbs.profiles.profile import Profile, with_layer_sums
 from tbs.place.recommend import Recommendation, comparison, saving
 from tbs.place.verify import Verification
-from tbs.units import format_seconds, format_usd
+from tbs.units import format_seconds, format_usd, is_number
 
 PER_MILLION = 1_000_000
 INACTIVE_MARK = "†"  # on the name of a layer that does nothing in the measured mode
@@ -38,17 +37,14 @@ def inactive_meaning(profile: Profile) -> str:
     return text + (f" To see what it costs in training: {command}" if command else "")
 
 
-def _is_number(value: object) -> bool:
-    return value is not None and not (isinstance(value, float) and math.isnan(value))
-
 
 def _cell_text(row: pd.Series, fastest: str, cheapest: str, priced: bool) -> str:
-    if row["status"] in ("oom", "error", "unsupported") or not _is_number(row["per_sample_s"]):
+    if row["status"] in ("oom", "error", "unsupported") or not is_number(row["per_sample_s"]):
         return str(row["status"]).upper()
     text = format_seconds(row["per_sample_s"])
     if priced:
         cost = row["cost_per_sample_usd"]
-        text += f" {format_usd(cost * PER_MILLION) if _is_number(cost) else 'no price'}"
+        text += f" {format_usd(cost * PER_MILLION) if is_number(cost) else 'no price'}"
     marks = fastest + cheapest
     if row["status"] not in ("ok",):
         marks += f" [{row['status']}]"
@@ -66,7 +62,7 @@ def _best(rows: pd.DataFrame, objective: str) -> tuple[set[str], bool]:
 def batch_table(profile: Profile, batch_size: int) -> str:
     summary = profile.summary[profile.summary["batch_size"] == batch_size]
     devices = sorted(summary["device"].unique()) if not summary.empty else []
-    priced = summary["cost_per_sample_usd"].map(_is_number).any() if not summary.empty else False
+    priced = summary["cost_per_sample_usd"].map(is_number).any() if not summary.empty else False
     order = [layer["name"] for layer in profile.metadata.get("layers", [])]
     inactive = set(inactive_layers(profile))
     rows = []
@@ -92,8 +88,8 @@ def batch_table(profile: Profile, batch_size: int) -> str:
             value = cell.iloc[0][column] if not cell.empty else None
             status = str(cell.iloc[0].get("status", "")) if not cell.empty else ""
             failed = column == "per_sample_s" and status not in ("", "ok", "noisy")
-            line[device] = format_seconds(value) if _is_number(value) else (status.upper() if failed else "-")
-            if column == "layers_sum_per_sample_s" and _is_number(value):
+            line[device] = format_seconds(value) if is_number(value) else (status.upper() if failed else "-")
+            if column == "layers_sum_per_sample_s" and is_number(value):
                 measured = int(cell.iloc[0]["layers_measured"])
                 if measured < len(order):  # failed layers are not in the sum: say so
                     line[device] += f" ({measured} of {len(order)} layers)"
@@ -106,7 +102,7 @@ def batch_table(profile: Profile, batch_size: int) -> str:
     table = pd.DataFrame(rows).to_string(index=False) if rows else "(nothing measured)"
     lines = [header, table, legend]
     for _, m in (model.iterrows() if not model.empty else []):
-        if _is_number(m.get("median_s")):
+        if is_number(m.get("median_s")):
             lines.append(
                 f"{m['device']}: whole model {format_seconds(m['median_s'])}/call; fixed costs apart: "
                 f"dispatch {format_seconds(m.get('dispatch_overhead_s'))}/call, "

@@ -17,7 +17,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from tbs.schema import USABLE
-from tbs.units import format_seconds, format_usd
+from tbs.units import format_seconds, format_usd, is_number
 
 PER_MILLION = 1_000_000
 INACTIVE_MARK = "†"
@@ -65,14 +65,14 @@ def _scale(objective: str) -> float:
 
 def fmt(value: float | None, objective: str) -> str:
     """A per-sample time, or a per-sample cost shown per 1M samples."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if not is_number(value):
         return "-"
     return format_seconds(value) if objective == "time" else f"{format_usd(value * PER_MILLION)} / 1M"
 
 
 def _none(value: float) -> float | None:
     """NaN as None, so plotly leaves a gap (a missing cell is not 0)."""
-    return None if value is None or math.isnan(value) else float(value)
+    return float(value) if is_number(value) else None
 
 
 def layer_stack(summary: pd.DataFrame, view: View, devices: list[str], batch: int, objective: str) -> pd.DataFrame:
@@ -172,9 +172,9 @@ def heatmap_trace(stack: pd.DataFrame, view: View, batch: int, objective: str) -
     z, text, hover = [], [], []
     for layer in stack.index:
         z.append([_none(r) for r in ratio.loc[layer]])
-        text.append(["" if math.isnan(r) else ("best" if r == 1.0 else f"{r:.1f}×") for r in ratio.loc[layer]])
+        text.append(["" if not is_number(r) else ("best" if r == 1.0 else f"{r:.1f}×") for r in ratio.loc[layer]])
         hover.append([f"<b>{view.label(layer)}</b> on {d}, batch {batch}<br>{fmt(v, objective)} per sample<br>"
-                      + (("not measured" if math.isnan(v) else "no ratio: the best measured 0 s") if math.isnan(r) else
+                      + (("not measured" if not is_number(v) else "no ratio: the best measured 0 s") if not is_number(r) else
                          "best device for this layer" if r == 1.0 else f"{r:.2f}× the best ({best.get(layer)})")
                       + view.note(layer) for d, v, r in zip(stack.columns, stack.loc[layer], ratio.loc[layer])])
     return go.Heatmap(z=z, x=list(stack.columns), y=[view.label(layer) for layer in stack.index], text=text,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import html
 import json
-import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -23,7 +22,7 @@ from tbs.report.console import INACTIVE_MARK, comparison_table, inactive_layers,
 from tbs.report.figures import (View, batch_axis, heatmap_figure, layer_stack, missing_cells, scaling_figure, spread_figure,
                                 stacked_figure, whole_model)
 from tbs.schema import USABLE
-from tbs.units import format_seconds, format_usd
+from tbs.units import format_seconds, format_usd, is_number
 
 PER_MILLION = 1_000_000
 STATUS_COLORS = {"ok": "#2e7d32", "noisy": "#b26a00", "oom": "#c62828", "error": "#c62828",
@@ -69,9 +68,6 @@ class ReportData:
 def _esc(value: object) -> str:
     return html.escape("" if value is None else str(value))
 
-
-def _num(value: object) -> bool:
-    return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
 def _figure(fig: go.Figure) -> str:
@@ -120,16 +116,16 @@ def section_summary(data: ReportData) -> str:
         rows = model[model["batch_size"] == batch] if len(model) else model
         for _, r in rows.iterrows():
             cost = r.get("cost_per_sample_usd")
-            workload = (format_usd(cost * data.samples_workload) if _num(cost) and data.samples_workload else "")
+            workload = (format_usd(cost * data.samples_workload) if is_number(cost) and data.samples_workload else "")
             lines.append({
                 "batch": batch, "device": r["device"], "status": r["status"],
                 "time / sample": format_seconds(r.get("per_sample_s")),
-                "cost / sample": format_usd(cost) if _num(cost) else "no price",
-                "cost / 1M samples": format_usd(cost * PER_MILLION) if _num(cost) else "no price",
+                "cost / sample": format_usd(cost) if is_number(cost) else "no price",
+                "cost / 1M samples": format_usd(cost * PER_MILLION) if is_number(cost) else "no price",
                 **({f"cost of {data.samples_workload:,} samples": workload} if data.samples_workload else {}),
                 "Σ layers / sample": format_seconds(r.get("layers_sum_per_sample_s")),
-                "Σ layers / whole": (f"{r['layers_sum_s'] / r['median_s']:.2f}" if _num(r.get("layers_sum_s"))
-                                     and _num(r.get("median_s")) and r["median_s"] else "-"),
+                "Σ layers / whole": (f"{r['layers_sum_s'] / r['median_s']:.2f}" if is_number(r.get("layers_sum_s"))
+                                     and is_number(r.get("median_s")) and r["median_s"] else "-"),
             })
     best = []
     for batch in data.batches:
@@ -308,9 +304,9 @@ def section_cells(data: ReportData) -> str:
     if s.empty:
         return ""
     s["time / sample"] = s["per_sample_s"].map(format_seconds)
-    s["IQR / sample"] = [f"{format_seconds(a / b)} – {format_seconds(c / b)}" if _num(a) else "-"
+    s["IQR / sample"] = [f"{format_seconds(a / b)} – {format_seconds(c / b)}" if is_number(a) else "-"
                          for a, b, c in zip(s["p25_s"], s["batch_size"], s["p75_s"])]
-    s["cost / 1M"] = [format_usd(c * PER_MILLION) if _num(c) else "no price" for c in s["cost_per_sample_usd"]]
+    s["cost / 1M"] = [format_usd(c * PER_MILLION) if is_number(c) else "no price" for c in s["cost_per_sample_usd"]]
     cols = ["layer", "layer_type", "category", "device", "batch_size", "status", "n", "time / sample",
             "IQR / sample", "cost / 1M", "reason"]
     s["reason"] = [r if isinstance(r, str) else "" for r in s["reason"]]
