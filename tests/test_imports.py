@@ -11,6 +11,8 @@ couple the modules just the same.
 from __future__ import annotations
 
 import ast
+
+import pytest
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -333,3 +335,16 @@ def test_the_checker_catches_each_kind_of_violation(tmp_path):
     assert [v.split(":")[0] for v in unstaged_modules(modules)] == ["tbs/odd.py"]
     assert [v.split(": ", 1)[1] for v in dangling_imports(modules)] == [
         "tbs.report.html imports tbs.report.gone, which does not exist"]
+
+
+def test_no_module_of_the_package_is_ignored_by_git():
+    """A module git ignores works here and is missing from every clone (a '.gitignore' rule once hid tbs/profiles/)."""
+    import shutil
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    files = [str(p.relative_to(root)) for p in (root / "tbs").rglob("*.py")]
+    ignored = subprocess.run(["git", "check-ignore", *files], cwd=root, capture_output=True, text=True).stdout.split()
+    assert ignored == [], f"git ignores {ignored}: fix .gitignore"

@@ -1,0 +1,186 @@
+"""Writing a profile directory as it is measured: rows appended per cell, metadata kept current.
+
+Rows are appended as each cell finishes, so an interrupted run keeps everything
+measured; ``metadata.json`` says whether the profile is complete. Files:
+
+- ``samples.csv``  one row per timed sample (raw wall seconds, iterations, harness cost)
+- ``summary.csv``  one row per layer x device x batch size
+- ``model.csv``    one row per device x batch size: the whole model's compiled forward pass,
+                   its fixed costs, and the sum of its layers' medians
+- ``transfers.csv`` copy-cost samples between devices
+- ``metadata.json`` model, layers, layer graph, host, devices, versions, settings, status
+
+One process at a time measures into a directory: ``ProfileStore.lock`` holds an
+exclusive lock on ``.lock`` there for the whole run.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from tbs.errors import ProfileError
+from tbs.profiles.profile import (FILES, in_layer_order, load_profile, no_interrupts, with_layer_sums, write_csv_atomic,
+                                  write_json_atomic)
+from tbs.schema import FAILED, MEASUREMENT_SETTINGS, MODEL_LAYER, CellKey, ProfileStatus
+
+LOCK_FILE = ".lock"
+
+
+class ProfileStore:
+    """Writes a profile directory incrementally."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self.metadata: dict[str, Any] = {}
+        self._done: set[tuple] = set()
+        self._lock: Any = None
+
+    def lock(self) -> None:
+        """Hold the directory for this process: a second run measuring into it would skew both.
+
+        The lock is the kernel's (flock), so it is released when this process ends, however it ends.
+        """
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            handle = open(self.directory / LOCK_FILE, "a+")
+        except OSError as exc:
+            raise ProfileError(f"cannot create profile directory '{self.directory}' ({exc.strerror}); choose another --out") from None
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise ProfileError(
+                f"'{self.directory}' is being measured by {holder}; wait for it to finish (or stop it), "
+                f"or use --out DIR for another profile"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"tbs process {os.getpid()}")
+        handle.flush()
+        self._lock = handle
+
+    def unlock(self) -> None:
+        if self._lock is not None:
+            self._lock.truncate(0)  # the file stays: removing it would race a process about to lock it
+            fcntl.flock(self._lock.fileno(), fcntl.LOCK_UN)
+            self._lock.close()
+            self._lock = None
+
+    @property
+    def paths(self) -> dict[str, Path]:
+        d = self.directory
+        return {"summary": d / "summary.csv", "model": d / "model.csv", "samples": d / "samples.csv",
+                "transfers": d / "transfers.csv", "metadata": d / "metadata.json"}
+
+    def existing_status(self) -> str | None:
+        path = self.paths["metadata"]
+        if not path.exists():
+            return None
+        try:
+            return json.loads(path.read_text()).get("status", "unknown")
+        except (json.JSONDecodeError, OSError):
+            return "unreadable"
+
+    def create(self, metadata: dict[str, Any]) -> None:
+        """Start a fresh profile (removing an old one's files)."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ProfileError(f"cannot create profile directory '{self.directory}' ({exc.strerror}); choose another --out") from None
+        for path in self.paths.values():
+            path.unlink(missing_ok=True)
+        (self.directory / "report.html").unlink(missing_ok=True)
+        self.metadata = dict(metadata, status=ProfileStatus.RUNNING.value)
+        write_json_atomic(self.paths["metadata"], self.metadata)
+
+    def resume(self, metadata: dict[str, Any]) -> int:
+        """Reopen an unfinished profile of the same model; returns the number of finished cells."""
+        old = load_profile(self.directory)
+        old_sha = old.metadata.get("model", {}).get("sha256")
+        new_sha = metadata.get("model", {}).get("sha256")
+        if old_sha and new_sha and old_sha != new_sha:
+            raise ProfileError(
+                f"--resume: '{self.directory}' holds a profile of a different model file; use --out for a new directory"
+            )
+        for setting in MEASUREMENT_SETTINGS:
+            if setting in old.metadata and setting in metadata and old.metadata[setting] != metadata[setting]:
+                raise ProfileError(
+                    f"--resume: {setting} differs from the unfinished profile's ({old.metadata[setting]!r}); "
+                    f"resume with the same options, or use --out for a new profile"
+                )
+        # Failed cells are tried again: an OOM or error may not recur.
+        failed = list(FAILED)
+        if len(old.summary) and old.summary["status"].isin(failed).any():
+            old.summary = old.summary[~old.summary["status"].isin(failed)]
+            write_csv_atomic(old.summary, self.paths["summary"])
+        if len(old.model) and old.model["status"].isin(failed).any():
+            old.model = old.model[~old.model["status"].isin(failed)]
+            write_csv_atomic(old.model, self.paths["model"])
+        for row in old.summary.itertuples(index=False):
+            self._done.add(CellKey.of("layer", row.layer, row.device, row.batch_size, row.mode))
+        for row in old.model.itertuples(index=False):
+            self._done.add(CellKey.of("model", MODEL_LAYER, row.device, row.batch_size, row.mode))
+        # Samples of a cell whose summary row never landed are dropped: that cell is re-measured.
+        if len(old.samples):
+            keep = [
+                CellKey.of(r.target, r.layer, r.device, r.batch_size, r.mode) in self._done
+                for r in old.samples.itertuples(index=False)
+            ]
+            write_csv_atomic(old.samples[keep], self.paths["samples"])
+        merged = dict(old.metadata)
+        merged.update({k: v for k, v in metadata.items() if k not in ("layers", "graph")})
+        for key in ("layers", "graph"):
+            merged[key] = old.metadata.get(key) or metadata.get(key)
+        merged["resumed"] = int(old.metadata.get("resumed", 0)) + 1
+        merged["status"] = ProfileStatus.RUNNING.value
+        self.metadata = merged
+        write_json_atomic(self.paths["metadata"], self.metadata)
+        return len(self._done)
+
+    def is_done(self, key: tuple) -> bool:
+        return key in self._done
+
+    def _append(self, name: str, rows: Iterable[dict[str, Any]], columns: list[str]) -> None:
+        frame = pd.DataFrame(list(rows), columns=columns)
+        if frame.empty:
+            return
+        path = self.paths[name]
+        with no_interrupts():
+            frame.to_csv(path, mode="a", header=not path.exists() or path.stat().st_size == 0, index=False)
+
+    def add_cell(self, key: tuple, row: dict[str, Any], samples: list[dict[str, Any]]) -> None:
+        """Write one finished cell: its samples first, then its summary row (which marks it done)."""
+        self._append("samples", samples, FILES["samples"])
+        if key[0] == "model":
+            self._append("model", [row], FILES["model"])
+        else:
+            self._append("summary", [row], FILES["summary"])
+        self._done.add(key)
+
+    def add_transfers(self, rows: list[dict[str, Any]]) -> None:
+        self._append("transfers", rows, FILES["transfers"])
+
+    def update_metadata(self, **values: Any) -> None:
+        self.metadata.update(values)
+        write_json_atomic(self.paths["metadata"], self.metadata)
+
+    def finish(self, status: str) -> None:
+        self.update_metadata(status=str(status))
+
+
+def finalize(store: ProfileStore) -> None:
+    """Sort summary.csv, add the derived Σ-per-layer columns to model.csv, mark the profile complete."""
+    profile = load_profile(store.directory)
+    if not profile.summary.empty:
+        write_csv_atomic(in_layer_order(profile.summary, profile.metadata.get("layers", [])), store.paths["summary"])
+    if not profile.model.empty:
+        write_csv_atomic(with_layer_sums(profile.summary, profile.model), store.paths["model"])
+    store.finish(ProfileStatus.COMPLETE)
