@@ -16,7 +16,16 @@ from tbs.place.recommend import Recommendation
 from tbs.place.verify import Verification
 from tbs.profiles.profile import Profile
 
-__version__ = "0.2.0"
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("tbs")  # one source: pyproject.toml
+    except metadata.PackageNotFoundError:  # running from a checkout that was never installed
+        return "unknown"
+
+
+__version__ = _version()
 
 __all__ = [
     "profile", "load", "recommend", "verify", "render", "devices",

@@ -21,9 +21,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from tbs import backends
-from tbs.backends.base import Device, parse_device_tokens
-from tbs.cost.prices import load_price_file, parse_prices, parse_spot
+from tbs import backends, checks
+from tbs.backends.base import Device
+from tbs.cost.prices import load_price_file
 from tbs.cost.reprice import reprice
 from tbs.errors import ProfileError, TbsError, TbsWarning
 from tbs.measure.timing import Interrupted, TimingConfig
@@ -34,7 +34,7 @@ from tbs.profiles.store import ProfileStore, finalize
 from tbs.progress import reporter
 from tbs.report.base import render as _render
 from tbs.place.verify import Verification, verify_recommendation
-from tbs.run import Run, RunOptions, check_batch_sizes, custom_object_dict
+from tbs.run import Run, RunOptions, custom_object_dict
 
 __all__ = ["profile", "load", "recommend", "verify", "render", "devices", "placement_for_report"]
 
@@ -42,7 +42,7 @@ PathLike = str | os.PathLike
 
 
 def _warn(message: str) -> None:
-    warnings.warn(message, TbsWarning, stacklevel=3)
+    warnings.warn(message, TbsWarning, stacklevel=checks.caller_stacklevel())
 
 
 def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Sequence[str] | None = None,
@@ -59,22 +59,32 @@ def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Seque
     Ctrl-C stops after the current sample and returns what was measured, marked
     ``interrupted`` (``resume=True`` finishes it); a second Ctrl-C stops at once.
     """
+    if out is not None and not checks.is_path(out):
+        raise TbsError(f"out={out!r}: give a directory path, or None for a temporary directory")
+    if checks.flag("resume", resume) and out is None:
+        raise TbsError("resume=True needs the unfinished profile's directory: pass out=p.directory (or the out= you used)")
     options = RunOptions(
-        model=model, batch_sizes=check_batch_sizes(batch_sizes), device_tokens=_device_tokens(devices),
-        prices=_prices(prices), training=training, backend=backend, input=input, custom_objects=custom_objects,
-        out=Path(out) if out is not None else None, resume=resume, timing=timing or TimingConfig(), xla=xla,
-        seed=seed, safe_mode=safe_mode)
+        model=model, batch_sizes=checks.batch_sizes(batch_sizes), device_tokens=checks.device_tokens(devices),
+        prices=checks.prices(prices), training=checks.flag("training", training), backend=backend, input=input,
+        custom_objects=checks.custom_objects(custom_objects), out=Path(out) if out is not None else None,
+        resume=resume, timing=checks.timing(timing), xla=checks.flag("xla", xla), seed=checks.whole("seed", seed),
+        safe_mode=checks.flag("safe_mode", safe_mode))
     run = Run(options, reporter(progress), warn=_warn)
-    run.prepare()
-    directory = run.directory or Path(tempfile.mkdtemp(prefix=f"tbs-{run.model_name}-"))
-    store = ProfileStore(directory)
-    store.lock()
+    store = ProfileStore(options.out) if options.out is not None else None
+    if store is not None:
+        store.lock()  # before the slow part: a directory being measured is refused at once
     try:
+        run.prepare()
+        if store is None:
+            store = ProfileStore(Path(tempfile.mkdtemp(prefix=f"tbs-{run.model_name}-")))
+            store.lock()
+        directory = store.directory
         interrupted = _measure(run, store)
         if not interrupted:
             finalize(store)
     finally:
-        store.unlock()
+        if store is not None:
+            store.unlock()
     result = load_profile(directory)
     if report and not interrupted:
         (directory / "report.html").write_text(render(result, "html", recommendation=placement_for_report(result)),
@@ -107,16 +117,22 @@ def _measure(run: Run, store: ProfileStore) -> bool:
         return True
     finally:
         run.close()
-        if previous is not None:
+        if previous is not _NOT_INSTALLED:
             signal.signal(signal.SIGINT, previous)
     store.update_metadata(finished=run.now(), elapsed_s=time.perf_counter() - started)
     return False
 
 
+_NOT_INSTALLED = object()
+
+
 def _install_interrupt_handler(on_first: Callable[[], None]) -> Any:
-    """First Ctrl-C: finish the current sample and stop cleanly. Second: stop at once (main thread only)."""
+    """First Ctrl-C: finish the current sample and stop cleanly. Second: stop at once (main thread only).
+
+    Returns the handler it replaced (which may be None, one installed outside Python), to restore.
+    """
     if threading.current_thread() is not threading.main_thread():
-        return None
+        return _NOT_INSTALLED
     state = {"count": 0}
 
     def handler(signum: int, frame: Any) -> None:
@@ -127,23 +143,6 @@ def _install_interrupt_handler(on_first: Callable[[], None]) -> Any:
             raise KeyboardInterrupt
 
     return signal.signal(signal.SIGINT, handler)
-
-
-def _device_tokens(devices: str | Sequence[str] | None) -> list[str] | None:
-    if devices is None:
-        return None
-    return parse_device_tokens(devices if isinstance(devices, str) else ",".join(map(str, devices)))
-
-
-def _prices(prices: str | Mapping[str, Any] | None) -> dict[str, float]:
-    """Prices as text ('cpu=0.5,gpu=3') or a mapping (values as numbers or the same text forms)."""
-    if prices is None:
-        return {}
-    if isinstance(prices, str):
-        return parse_prices(prices)
-    if not isinstance(prices, Mapping):
-        raise TbsError(f"prices={prices!r}: give a dict such as {{'cpu': 0.5, 'gpu': 3}} or text 'cpu=0.5,gpu=3'")
-    return parse_prices(",".join(f"{key}={value}" for key, value in prices.items())) if prices else {}
 
 
 def load(*directories: PathLike, prices: str | Mapping[str, float] | None = None,
@@ -158,54 +157,73 @@ def load(*directories: PathLike, prices: str | Mapping[str, float] | None = None
         loaded.append(load_profile(Path(directory)))
     result = merge_profiles(loaded)
     table, sources = load_price_file(str(price_file)) if price_file is not None else ({}, {})
-    table.update(_prices(prices))
-    discounts = parse_spot(spot) if isinstance(spot, str) else dict(spot or {})
-    if table or discounts:
-        if not table:  # a discount alone applies to the prices recorded when profiling
-            table = dict(result.metadata.get("prices_usd_per_hour") or {})
+    table.update(checks.prices(prices))
+    discounts = checks.spot(spot)
+    if table or discounts:  # devices not named keep the prices they were profiled with
         result = reprice(result, table, discounts)
         result.metadata["price_sources"] = sources
     return result
 
 
-def _as_profile(profile: Profile | PathLike) -> Profile:
-    return profile if isinstance(profile, Profile) else load(profile)
+def _as_profile(profile: Any) -> Profile:
+    if isinstance(profile, Profile):
+        return profile
+    if not checks.is_path(profile):
+        raise TbsError(f"profile: {type(profile).__name__} is neither a tbs.Profile nor a profile directory")
+    return load(profile)
 
 
 def recommend(profile: Profile | PathLike, objective: str = "cost", *, batch_size: int | None = None,
               billing: str = "metered", max_latency_ms: float | None = None, budget_usd_per_1m: float | None = None,
               prices: str | Mapping[str, float] | None = None, spot: str | Mapping[str, float] | None = None,
-              verify: bool = False, custom_objects: Any = None, safe_mode: bool = True) -> Recommendation:
+              verify: bool = False, custom_objects: Any = None, safe_mode: bool = True, model: Any = None,
+              input: Any = None) -> Recommendation:
     """Which device each layer should run on, transfers included (exact), against every single device.
 
-    ``verify=True`` runs the placement and the single devices for real on this machine
-    (``rec.verification``): a split counts as a win only when it measures better.
+    ``prices``/``spot`` re-price the devices they name (the others keep their profiled
+    prices). ``verify=True`` runs the placement and the single devices for real on this
+    machine (``rec.verification``, see ``verify``): a split wins only when it measures better.
     """
     from tbs.place.recommend import recommend as solve
 
     if objective not in ("cost", "time"):
-        raise TbsError(f"objective '{objective}': choose cost or time")
+        raise TbsError(f"objective={objective!r}: choose 'cost' or 'time' (--objective)")
     if billing not in ("metered", "dedicated"):
-        raise TbsError(f"billing '{billing}': choose metered or dedicated")
+        raise TbsError(f"billing={billing!r}: choose 'metered' or 'dedicated' (--billing)")
+    batch = None if batch_size is None else checks.whole("batch_size", batch_size, 1, " (--batch)")
+    latency = checks.positive("max_latency_ms", max_latency_ms, "--max-latency")
+    budget = checks.positive("budget_usd_per_1m", budget_usd_per_1m, "--budget")
     chosen = _as_profile(profile)
     if prices is not None or spot is not None:
-        base = dict(chosen.metadata.get("prices_usd_per_hour") or {})
-        base.update(_prices(prices))
-        chosen = reprice(chosen, base, parse_spot(spot) if isinstance(spot, str) else dict(spot or {}))
-    rec = solve(chosen, objective, batch_size, billing, max_latency_ms, budget_usd_per_1m)
-    if verify:
-        rec.verification = verify_recommendation(chosen, rec, custom_object_dict(custom_objects), safe_mode)
+        chosen = reprice(chosen, checks.prices(prices), checks.spot(spot))
+    rec = solve(chosen, objective, batch, billing, latency, budget)
+    if checks.flag("verify", verify):
+        _verify(chosen, rec, custom_objects, safe_mode, model, input)
     return rec
 
 
 def verify(profile: Profile | PathLike, recommendation: Recommendation, *, custom_objects: Any = None,
-           safe_mode: bool = True) -> Verification:
+           safe_mode: bool = True, model: Any = None, input: Any = None) -> Verification:
     """Run a recommended placement and every single device for real, on this machine; predicted vs measured.
 
-    Needs the profiled model file, the same devices (``TBS_LOGICAL_CPUS`` as when
-    profiling), and the profile's backend not yet replaced by another in this process.
+    Replays the profiled model file, or ``model`` (an in-memory keras.Model, for a profile
+    of one), on the profile's inputs (``input`` arrays when it was measured on arrays), with
+    the same devices (``TBS_LOGICAL_CPUS`` as when profiling). Sets and returns
+    ``recommendation.verification``.
     """
-    return verify_recommendation(_as_profile(profile), recommendation, custom_object_dict(custom_objects), safe_mode)
+    return _verify(profile, recommendation, custom_objects, safe_mode, model, input)
+
+
+def _verify(profile: Any, recommendation: Any, custom_objects: Any, safe_mode: Any, model: Any,
+            arrays: Any) -> Verification:
+    if not isinstance(recommendation, Recommendation):
+        raise TbsError(f"recommendation: give the tbs.Recommendation that tbs.recommend returned, "
+                       f"not {type(recommendation).__name__}")
+    result = verify_recommendation(_as_profile(profile), recommendation,
+                                   custom_object_dict(checks.custom_objects(custom_objects)),
+                                   checks.flag("safe_mode", safe_mode), model=model, arrays=arrays)
+    recommendation.verification = result
+    return result
 
 
 def placement_for_report(profile: Profile) -> Recommendation | str:
@@ -229,6 +247,11 @@ def placement_for_report(profile: Profile) -> Recommendation | str:
 def render(profile: Profile | PathLike | None, fmt: str = "text", *, recommendation: Recommendation | str | None = None,
            samples: int | None = None) -> str:
     """``fmt``: text, html (self-contained), json or csv. Returns the text; nothing is measured or solved."""
+    if recommendation is not None and not isinstance(recommendation, (Recommendation, str)):
+        raise TbsError(f"recommendation: give a tbs.Recommendation (from tbs.recommend), "
+                       f"not {type(recommendation).__name__}")
+    if samples is not None:
+        samples = checks.whole("samples", samples, 1, " (--samples)")
     return _render(None if profile is None else _as_profile(profile), fmt, recommendation, samples)
 
 

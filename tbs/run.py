@@ -13,7 +13,7 @@ import sys
 from dataclasses import asdict, dataclass
 from importlib import metadata as _metadata
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -50,18 +50,6 @@ class RunOptions:
     safe_mode: bool
 
 
-def check_batch_sizes(sizes: Iterable[int]) -> list[int]:
-    """Whole numbers of at least 1, sorted, each once."""
-    checked = []
-    for size in [sizes] if isinstance(sizes, (int, str)) else list(sizes):
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-            raise TbsError(f"batch size {size!r} must be a whole number of at least 1; e.g. batch_sizes=[32, 512]")
-        checked.append(int(size))
-    if not checked:
-        raise TbsError("no batch size given; e.g. batch_sizes=[32, 512] (--batch 32,512)")
-    return sorted(set(checked))
-
-
 def _is_path(value: Any) -> bool:
     return isinstance(value, (str, os.PathLike))
 
@@ -95,9 +83,9 @@ def _precheck(options: RunOptions) -> None:
 
 def _backend_for(options: RunOptions) -> str:
     """The backend asked for; an in-memory model runs on the backend Keras already uses."""
+    running = backends.current()  # what Keras uses, or will: KERAS_BACKEND, else the default
     if _is_path(options.model):
-        return options.backend or "tensorflow"
-    running = backends.current()
+        return options.backend or running
     if options.backend and options.backend != running:
         raise TbsError(f"backend '{options.backend}': this in-memory model lives on Keras's {running} backend; "
                        f"pass backend='{running}', or save the model and profile the file in a new process")

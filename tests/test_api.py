@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import warnings
@@ -11,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import ROOT, sequential_model
+from conftest import ROOT, keras, sequential_model
 import tbs
 from tbs.errors import ProfileError, TbsError
 
@@ -90,7 +91,7 @@ def test_devices_says_what_is_missing_and_why():
 
 
 def test_bad_arguments_are_one_line_errors_before_any_work(tmp_path):
-    with pytest.raises(TbsError, match="batch size 0"):
+    with pytest.raises(TbsError, match="batch_sizes=0: must be at least 1"):
         tbs.profile("models/x.pkl", batch_sizes=[0])
     with pytest.raises(TbsError, match="does not exist"):
         tbs.profile(tmp_path / "missing.pkl")
@@ -164,3 +165,84 @@ def test_readme_python_example_runs_in_a_notebook_kernel(tmp_path):
     nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3").execute()
     shown = [o for cell in notebook.cells for o in cell.get("outputs", []) if o.get("output_type") == "execute_result"]
     assert any("text/html" in o["data"] and "tbs profile of cnn_flowers" in o["data"]["text/html"] for o in shown)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: tbs.profile("m.pkl", batch_sizes=None), "batch_sizes=None"),
+    (lambda: tbs.profile("m.pkl", batch_sizes="32"), "batch_sizes='32'"),
+    (lambda: tbs.profile("m.pkl", devices=5), "devices=5"),
+    (lambda: tbs.profile("m.pkl", timing={"min_samples": 3}), "timing=dict"),
+    (lambda: tbs.profile("m.pkl", custom_objects=5), "custom_objects=5"),
+    (lambda: tbs.profile("m.pkl", seed="x"), "seed='x'"),
+    (lambda: tbs.profile("m.pkl", training="yes"), "training='yes'"),
+    (lambda: tbs.profile("m.pkl", prices={"cpu=1,gpu": 2}), "unknown device 'cpu=1,gpu'"),
+    (lambda: tbs.profile("m.pkl", prices={"cpu": "abc"}), "prices: price 'abc' for cpu"),
+    (lambda: tbs.profile("m.pkl", resume=True), "resume=True needs"),
+    (lambda: tbs.render(42), "neither a tbs.Profile nor a profile directory"),
+    (lambda: tbs.TimingConfig(min_samples=0), "min_samples=0"),
+])
+def test_wrong_types_and_values_are_one_line_errors(call, message):
+    with pytest.raises(TbsError, match=re.escape(message)) as caught:
+        call()
+    assert "\n" not in str(caught.value)
+
+
+def test_repricing_names_some_devices_and_keeps_the_rest(in_memory_profile, tmp_path):
+    saved = in_memory_profile.save(tmp_path / "p")
+    for bad, message in (({"cpu": 5}, "discount '5' for cpu"), ({"cpu": "x"}, "discount 'x'")):
+        with pytest.raises(TbsError, match=message):
+            tbs.load(saved, spot=bad)
+    kept = tbs.load(saved, prices={"gpu": 2.5})  # the CPU keeps its profiled 0.5 $/h
+    assert (kept.summary["usd_per_hour"] == 0.5).all() and kept.metadata["prices_usd_per_hour"]["gpu"] == 2.5
+    spot = tbs.load(saved, spot={"cpu": 0.5})
+    assert np.allclose(spot.summary["usd_per_hour"], 0.25)
+    with pytest.raises(TbsError, match=r"max_latency_ms=-1.*--max-latency"):
+        tbs.recommend(saved, "cost", max_latency_ms=-1)
+    with pytest.raises(TbsError, match=r"batch size 16 \(--batch\) is not in this profile"):
+        tbs.recommend(saved, "time", batch_size=16)
+
+
+def test_ctrl_c_returns_what_was_measured_and_resume_finishes_it(tmp_path):
+    """A real SIGINT mid-run: the first stops after the current sample, the profile is kept, resume completes it."""
+    import signal
+
+    sent = []
+
+    def interrupt_once(label, remaining):
+        if remaining is not None and "dense" in str(label) and not sent:
+            sent.append(label)
+            signal.raise_signal(signal.SIGINT)
+
+    out = tmp_path / "p"
+    model = sequential_model()
+    partial = quick(model, batch_sizes=[2, 4, 8], out=out, progress=interrupt_once)
+    assert sent and not partial.complete and partial.metadata["status"] == "interrupted"
+    assert 0 < len(partial.summary) < 9 and not (out / "report.html").exists()
+    finished = quick(model, batch_sizes=[2, 4, 8], out=out, resume=True)
+    assert finished.complete and len(finished.summary) == 9
+    kept = partial.summary.merge(finished.summary, on=["layer", "batch_size"], suffixes=("", "_after"))
+    assert (kept["median_s"] == kept["median_s_after"]).all()  # not measured again
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler was put back
+
+
+def test_safe_mode_false_reaches_the_loader(tmp_path):
+    inp = keras.Input((3,), name="x")
+    model = keras.Model(inp, keras.layers.Lambda(lambda v: v * 2.0, name="double")(keras.layers.Dense(2)(inp)))
+    path = tmp_path / "lambda.keras"
+    model.save(path)
+    with pytest.raises(TbsError, match="--no-safe-mode"):
+        quick(path, batch_sizes=[2], out=tmp_path / "refused")
+    p = quick(path, batch_sizes=[2], out=tmp_path / "p", safe_mode=False, report=False)
+    assert "double" in set(p.summary["layer"])
+
+
+def test_verify_an_in_memory_profile_by_passing_the_model_again(monkeypatch):
+    monkeypatch.setenv("TBS_LOGICAL_CPUS", "1")
+    model = sequential_model()
+    p = quick(model, batch_sizes=[4], report=False)
+    rec = tbs.recommend(p, "time")
+    with pytest.raises(TbsError, match=r"pass it again \(tbs.verify\(p, rec, model=model\)\)"):
+        tbs.verify(p, rec)
+    result = tbs.verify(p, rec, model=model)
+    assert rec.verification is result and result.layers == 3
+    assert {"placement", "measured_seconds_per_sample", "relative_error"} <= set(result.table.columns)

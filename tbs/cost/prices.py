@@ -16,7 +16,7 @@ from tbs.errors import TbsError
 _KEY = re.compile(r"^([\w.-]+/)?(cpu|gpu|tpu)(:\d+)?$")
 
 
-def parse_prices(text: str) -> dict[str, float]:
+def parse_prices(text: str, where: str = "--cost") -> dict[str, float]:
     """Parse 'cpu=0.5,gpu=3' into {'cpu': 0.5, 'gpu': 3.0} (USD per hour).
 
     Keys are a device kind (cpu, gpu, tpu) or one device (gpu:1); values are
@@ -30,16 +30,12 @@ def parse_prices(text: str) -> dict[str, float]:
         key = key.strip().lower()
         value = value.strip()
         if not sep or not key or not value:
-            raise TbsError(
-                f"--cost: '{item}' is not KIND=USD_PER_HOUR; write e.g. --cost cpu=0.5,gpu=3"
-            )
+            raise TbsError(f"{where}: '{item}' is not KIND=USD_PER_HOUR; write e.g. cpu=0.5,gpu=3")
         if not _KEY.match(key):
-            raise TbsError(
-                f"--cost: unknown device '{key}'; use cpu, gpu, tpu or one device such as gpu:0"
-            )
-        prices[key] = parse_price_value(value, key)
+            raise TbsError(f"{where}: unknown device '{key}'; use cpu, gpu, tpu or one device such as gpu:0")
+        prices[key] = parse_price_value(value, key, where)
     if not prices:
-        raise TbsError("--cost: no price given; write e.g. --cost cpu=0.5,gpu=3")
+        raise TbsError(f"{where}: no price given; write e.g. cpu=0.5,gpu=3")
     return prices
 
 
@@ -87,22 +83,43 @@ def price_for(device_name: str, device_kind: str, prices: Mapping[str, float]) -
     return prices.get(device_kind)
 
 
-def parse_spot(text: str) -> dict[str, float]:
+def parse_spot(text: str, where: str = "--spot") -> dict[str, float]:
     """'tpu=0.7,gpu:1=0.6' -> discount fractions (0.7 = 70% off the listed price)."""
     spot: dict[str, float] = {}
     for item in (part.strip() for part in text.split(",") if part.strip()):
         key, sep, value = item.partition("=")
         key = key.strip().lower()
         if not sep or not _KEY.match(key):
-            raise TbsError(f"--spot: '{item}' is not DEVICE=FRACTION; write e.g. --spot tpu=0.7 (70% off)")
-        try:
-            fraction = float(value)
-        except ValueError:
-            fraction = float("nan")
-        if not 0.0 <= fraction < 1.0:
-            raise TbsError(f"--spot: discount '{value}' for {key} must be a fraction in [0, 1), e.g. {key}=0.7")
-        spot[key] = fraction
+            raise TbsError(f"{where}: '{item}' is not DEVICE=FRACTION; write e.g. tpu=0.7 (70% off)")
+        spot[key] = _fraction(value, key, where)
     return spot
+
+
+def _fraction(value: object, key: str, where: str) -> float:
+    try:
+        fraction = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        fraction = float("nan")
+    if not 0.0 <= fraction < 1.0:
+        raise TbsError(f"{where}: discount '{value}' for {key} must be a fraction in [0, 1), e.g. {key}=0.7")
+    return fraction
+
+
+def _mapping_key(key: object, where: str) -> str:
+    name = str(key).strip().lower()
+    if not isinstance(key, str) or not _KEY.match(name):
+        raise TbsError(f"{where}: unknown device {key!r}; use cpu, gpu, tpu or one device such as gpu:0")
+    return name
+
+
+def prices_from_mapping(prices: Mapping[object, object], where: str = "prices") -> dict[str, float]:
+    """{'cpu': 0.5, 'gpu': '3/h', 'tpu': 'capex:25000/1y'} checked key by key (Python callers)."""
+    return {_mapping_key(k, where): parse_price_value(str(v), str(k), where) for k, v in prices.items()}
+
+
+def spot_from_mapping(spot: Mapping[object, object], where: str = "spot") -> dict[str, float]:
+    """{'tpu': 0.7} checked key by key: each a discount fraction in [0, 1)."""
+    return {_mapping_key(k, where): _fraction(v, str(k), where) for k, v in spot.items()}
 
 
 # one price-file entry: (where it is, e.g. "line 3" or "entry 'gpu'", its fields)

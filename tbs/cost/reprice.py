@@ -63,9 +63,12 @@ def row_pricer(usd_per_hour: Mapping[str, float]) -> Callable[[dict[str, Any]], 
     return price_row
 
 
-def reprice(profile: Profile, usd_per_hour: Mapping[str, float], spot: Mapping[str, float] | None = None) -> Profile:
+def reprice(profile: Profile, usd_per_hour: Mapping[str, float], spot: Mapping[str, float] | None = None,
+            keep_recorded: bool = True) -> Profile:
     """Cost columns recomputed from new prices: exact device label, then device name, then kind.
 
+    A device the new prices do not name keeps the price it was profiled with
+    (``keep_recorded``), so re-pricing the GPU does not make the CPU unpriced.
     ``spot`` is a discount fraction per device key (0.7 = 70% off the listed price).
     """
     spot = spot or {}
@@ -75,13 +78,17 @@ def reprice(profile: Profile, usd_per_hour: Mapping[str, float], spot: Mapping[s
             return frame
         frame = frame.copy()
         prices = []
-        for device, kind in zip(frame["device"], frame["device_kind"]):
+        for device, kind, recorded in zip(frame["device"], frame["device_kind"], frame["usd_per_hour"]):
             price = lookup(usd_per_hour, device, kind)
+            if price is None and keep_recorded and is_number(recorded):
+                price = float(recorded)
             discount = lookup(spot, device, kind) or 0.0
             prices.append(None if price is None else price * (1.0 - discount))
         frame["usd_per_hour"] = pd.Series(prices, index=frame.index, dtype="float64")
         frame["cost_per_sample_usd"] = usd_for_seconds(frame["per_sample_s"], frame["usd_per_hour"])
         return frame
 
-    metadata = dict(profile.metadata, prices_usd_per_hour=dict(usd_per_hour), spot_discount=dict(spot))
+    table = dict(profile.metadata.get("prices_usd_per_hour") or {}) if keep_recorded else {}
+    table.update(usd_per_hour)
+    metadata = dict(profile.metadata, prices_usd_per_hour=table, spot_discount=dict(spot))
     return replace(profile, metadata=metadata, summary=apply(profile.summary), model=apply(profile.model))

@@ -67,7 +67,7 @@ def gather(profile: Profile, batch_size: int | None) -> Inputs:
     batches = sorted({int(b) for b in summary["batch_size"]})
     batch = batch_size if batch_size is not None else batches[-1]
     if batch not in batches:
-        raise TbsError(f"--batch {batch}: this profile has batch sizes {', '.join(map(str, batches))}")
+        raise TbsError(f"batch size {batch} (--batch) is not in this profile: it has {', '.join(map(str, batches))}")
     rows = summary[summary["batch_size"] == batch]
     layers = [l["name"] for l in profile.metadata.get("layers", [])]
     devices = sorted(rows["device"].unique())
@@ -232,7 +232,8 @@ def recommend(profile: Profile, objective: str = "cost", batch_size: int | None 
     inp = gather(profile, batch_size)
     priced = [d for d in inp.devices if inp.usd_per_hour.get(d) is not None]
     if objective == "cost" and not priced:
-        raise TbsError("--objective cost needs prices: pass --cost, e.g. --cost cpu=0.5,gpu=3")
+        raise TbsError("objective cost needs prices: pass --cost cpu=0.5,gpu=3 (prices={'cpu': 0.5, 'gpu': 3} "
+                       "in Python), or minimise time")
     if objective == "cost" and billing == "dedicated":
         solution = _dedicated(inp)
     else:
@@ -246,7 +247,8 @@ def recommend(profile: Profile, objective: str = "cost", batch_size: int | None 
             constraint = _linear_weights(c, budget_usd_per_1m * inp.batch_size / 1e6)
         solution = solve_milp(problem, constraint) if constraint else solve(problem)
         if not solution.placement:
-            raise TbsError("no placement meets the constraint; relax --max-latency or --budget")
+            raise TbsError("no placement meets the constraint; relax --max-latency or --budget "
+                           "(max_latency_ms, budget_usd_per_1m)")
     chosen = evaluate(inp, "recommended", solution.placement, billing)
     singles = []
     for d in inp.devices:

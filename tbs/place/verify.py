@@ -14,6 +14,7 @@ and all runners are sampled in interleaved rounds with the profiler's statistics
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -25,9 +26,10 @@ from tbs import backends
 from tbs.backends.base import Device
 from tbs.backends.tensors import iter_tensors, replace_tensors
 from tbs.capture.recorder import Capture, LayerCall, capture
-from tbs.errors import TbsError
-from tbs.load.inputs import batch_arrays, input_specs, load_user_input, structure_inputs
-from tbs.load.model import load_model
+from tbs.errors import TbsError, TbsWarning
+from tbs.load.inputs import batch_arrays, check_input_arrays, input_specs, load_user_input, structure_inputs
+from tbs.load.model import load_model, load_model_object
+from tbs.measure import neighbours
 from tbs.measure.stats import Summary
 from tbs.measure.timing import Interleaved, Measurement, Timer, TimingConfig
 from tbs.place.recommend import Recommendation
@@ -154,33 +156,50 @@ def _devices_for(profile: Profile, rec: Recommendation) -> tuple[dict[str, Devic
     return found, needed
 
 
-def verify_recommendation(profile: Profile, rec: Recommendation, custom_objects: dict[str, Any] | None = None,
-                          safe_mode: bool = True) -> Verification:
-    """Run the recommended placement and the single devices for real; predicted against measured."""
-    meta = profile.metadata
-    backends.choose(profile.backend)  # the profile's backend, before Keras is imported
-    if meta.get("merged_from"):
-        raise TbsError("--verify runs one machine's profile; pass a single profile directory")
-    recorded = meta.get("model", {}).get("path")
+def _models_on(profile: Profile, devices: dict[str, Device], custom_objects: dict[str, Any],
+               safe_mode: bool, model: Any) -> dict[str, Any]:
+    """One copy of the profiled model per device: from its file, or from the in-memory ``model``."""
+    if model is not None:
+        if not hasattr(model, "count_params"):
+            raise TbsError(f"model: {type(model).__name__} is not a keras.Model; pass the model you profiled")
+        return {name: load_model_object(model, scope=d.scope).model for name, d in devices.items()}
+    recorded = profile.metadata.get("model", {}).get("path")
     if not recorded:
-        raise TbsError("--verify replays the profiled model file, and this profile was measured on an in-memory "
-                       "model: save it (model.save('m.keras')) and profile the file")
+        raise TbsError("--verify replays the profiled model, and this profile was measured on an in-memory model: "
+                       "pass it again (tbs.verify(p, rec, model=model)), or save it and profile the file")
     model_path = Path(recorded)
     if not model_path.is_file():
         raise TbsError(f"--verify needs the profiled model file '{model_path}' on this machine")
+    return {name: load_model(model_path, custom_objects, scope=d.scope, safe_mode=safe_mode).model
+            for name, d in devices.items()}
+
+
+def _batch_of_inputs(profile: Profile, specs: list[Any], batch: int, arrays: Any) -> list[Any]:
+    """The profile's inputs at ``batch``: synthetic with its seed, its --input file, or the arrays given."""
+    source = str(profile.metadata.get("input_source", ""))
+    if source.startswith("in-memory"):
+        if arrays is None:
+            raise TbsError("--verify needs the profile's input data: it was measured on in-memory arrays; "
+                           "pass them again (tbs.verify(p, rec, input=arrays))")
+        user = check_input_arrays(arrays, specs, "the input arrays")
+    else:
+        user = None if source.startswith("synthetic") else load_user_input(Path(source), specs)
+    return batch_arrays(specs, batch, int(profile.metadata.get("seed", 0)), user)
+
+
+def verify_recommendation(profile: Profile, rec: Recommendation, custom_objects: dict[str, Any] | None = None,
+                          safe_mode: bool = True, model: Any = None, arrays: Any = None) -> Verification:
+    """Run the recommended placement and the single devices for real; predicted against measured."""
+    backends.choose(profile.backend)  # the profile's backend, before Keras is imported
+    if profile.metadata.get("merged_from"):
+        raise TbsError("--verify runs one machine's profile; pass a single profile directory")
     found, needed = _devices_for(profile, rec)
     host = found[rec.inputs.host]
     batch, training = rec.inputs.batch_size, profile.mode == "training"
-    loaded = {d: load_model(model_path, custom_objects or {}, scope=found[d].scope, safe_mode=safe_mode).model
-              for d in needed}
+    loaded = _models_on(profile, {d: found[d] for d in needed}, custom_objects or {}, safe_mode, model)
     specs = input_specs(loaded[host.name])
-    source = str(meta.get("input_source", ""))
-    if source.startswith("in-memory"):
-        raise TbsError("--verify needs the profile's input data as a file; it was measured on in-memory arrays: "
-                       "save them (np.save) and profile with input='data.npy'")
-    user = None if source.startswith("synthetic") else load_user_input(Path(source), specs)
-    arrays = batch_arrays(specs, batch, int(meta.get("seed", 0)), user)
-    host_inputs = host.place(structure_inputs(loaded[host.name], arrays, specs))
+    host_inputs = host.place(structure_inputs(loaded[host.name], _batch_of_inputs(profile, specs, batch, arrays),
+                                              specs))
     captures = {}
     for d in needed:
         with found[d].scope():
@@ -191,6 +210,13 @@ def verify_recommendation(profile: Profile, rec: Recommendation, custom_objects:
     candidates = [("recommended", rec.chosen.placement, rec.chosen.seconds_per_batch)]
     candidates += [(e.name, e.placement, e.seconds_per_batch) for e in rec.single_devices]
     fields = TimingConfig.__dataclass_fields__
-    config = TimingConfig(**{k: v for k, v in (meta.get("timing") or {}).items() if k in fields})
-    results = run(candidates, captures, host_inputs, found, host, config)
+    config = TimingConfig(**{k: v for k, v in (profile.metadata.get("timing") or {}).items() if k in fields})
+    for other in neighbours.others():
+        warnings.warn(f"another tbs run is measuring on this machine ({other}); its load skews every timing here",
+                      TbsWarning, stacklevel=2)
+    registration = neighbours.Registration(f"a --verify replay of {profile.directory}")
+    try:
+        results = run(candidates, captures, host_inputs, found, host, config)
+    finally:
+        registration.close()
     return Verification(batch, results, placed_right, len(rec.chosen.placement))
