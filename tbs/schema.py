@@ -17,6 +17,9 @@ from typing import Any, NamedTuple, TypedDict
 
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
+# The Keras backend a profile was measured on when its metadata does not say (profiles before
+# the backend was recorded); ``tbs.backends.DEFAULT`` is this same name.
+DEFAULT_BACKEND = "tensorflow"
 
 
 class Status(str, Enum):
@@ -40,6 +43,8 @@ NOT_MEASURED = FAILED + (Status.UNSUPPORTED.value,)
 
 
 class ProfileStatus(str, Enum):
+    """How far a profile got (``metadata.json``'s ``status``); a str, like ``Status``."""
+
     RUNNING = "running"
     INTERRUPTED = "interrupted"
     COMPLETE = "complete"

@@ -148,7 +148,10 @@ def test_merge_refuses_profiles_measured_in_different_modes(in_memory_profile, t
 
 @pytest.mark.slow
 def test_readme_python_example_runs_in_a_notebook_kernel(tmp_path):
-    """The README's notebook example, cell by cell, in a real Jupyter kernel: the profile shows as a table."""
+    """The README's notebook example, cell by cell, in a real Jupyter kernel: the profile shows as a table.
+
+    As written but for speed: fast statistics, small batch sizes, a temporary profile directory.
+    """
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
@@ -158,7 +161,9 @@ def test_readme_python_example_runs_in_a_notebook_kernel(tmp_path):
                    check=True, cwd=ROOT, capture_output=True)
     setup = "import os; os.chdir(%r); import tbs\n" % str(ROOT)
     fast = "_fast = tbs.TimingConfig(min_samples=3, cell_budget_seconds=0.05, min_block_seconds=0.001, min_span_seconds=0.0)\n"
+    assert "batch_sizes=[32, 512]" in example
     code = example.replace("tbs.profile(", "tbs.profile(timing=_fast, progress=None, out=%r, model=" % str(tmp_path / "nb"))
+    code = code.replace("batch_sizes=[32, 512]", "batch_sizes=[2, 4]").replace("profiles/cnn_flowers_api", str(tmp_path / "kept"))
     cells = [nbformat.v4.new_code_cell(setup + fast)]
     cells += [nbformat.v4.new_code_cell(block) for block in code.split("\n\n") if block.strip()]
     notebook = nbformat.v4.new_notebook(cells=cells)

@@ -141,3 +141,26 @@ def test_in_memory_arrays_are_checked_with_their_own_wording():
     declared: list = []
     check_input_arrays({"a": np.ones((2, 3))}, declared, "the input arrays")
     assert [(s.name, s.shape, s.keyed) for s in declared] == [("a", (3,), True)]
+
+
+def test_a_dict_feeds_several_inputs_by_name_only():
+    from tbs.load.inputs import InputSpec
+
+    specs = [InputSpec("image", (4,), "float32"), InputSpec("extra", (2,), "float32")]
+    image, extra = check_input_arrays({"extra": np.ones((3, 2)), "image": np.zeros((3, 4))}, specs, "the input arrays")
+    assert image.shape == (3, 4) and extra.shape == (3, 2)
+    wrong = {"a": np.zeros((3, 4)), "b": np.ones((3, 2))}  # in the right order, but not named: refused
+    with pytest.raises(InputDataError) as info:
+        check_input_arrays(wrong, specs, "--input data.npz")
+    message = str(info.value)
+    assert message.startswith("--input data.npz: arrays named 'a', 'b' do not match the model's inputs "
+                              "'image', 'extra'; key each array")
+    assert "\n" not in message
+
+
+def test_a_dict_of_one_array_feeds_a_one_input_model_under_any_key():
+    from tbs.load.inputs import InputSpec
+
+    specs = [InputSpec("tokens", (7,), "int32")]
+    (tokens,) = check_input_arrays({"whatever": np.ones((2, 7), dtype="int64")}, specs, "the input arrays")
+    assert tokens.dtype == np.int32 and tokens.shape == (2, 7)

@@ -1,7 +1,16 @@
+import fcntl
 import json
+import os
+import stat
+import subprocess
+import sys
 
 import pandas as pd
+import pytest
 
+from tbs.errors import ProfileError
+from tbs.measure import neighbours
+from tbs.profiles import store as store_module
 from tbs.profiles.profile import load_profile, with_layer_sums
 from tbs.profiles.store import ProfileStore
 from tbs.schema import MODEL_LAYER, CellKey
@@ -42,9 +51,6 @@ def test_cells_are_written_as_they_finish_and_resume_skips_them(tmp_path):
 def test_resume_refuses_another_model(tmp_path):
     store = ProfileStore(tmp_path / "p")
     store.create({"model": {"sha256": "abc"}})
-    import pytest
-    from tbs.errors import ProfileError
-
     with pytest.raises(ProfileError, match="different model"):
         ProfileStore(tmp_path / "p").resume({"model": {"sha256": "def"}})
 
@@ -58,3 +64,91 @@ def test_layer_sums_join_the_model_rows():
     assert list(out["layers_measured"]) == [2, 1]
     assert out["layers_sum_per_sample_s"].iloc[0] == 3e-3 / 8
     assert MODEL_LAYER == "(model)"
+
+
+def test_a_directory_is_measured_by_one_store_at_a_time(tmp_path):
+    first, second = ProfileStore(tmp_path / "p"), ProfileStore(tmp_path / "p")
+    first.lock()
+    with pytest.raises(ProfileError, match=f"is being measured by tbs process {os.getpid()}"):
+        second.lock()
+    first.unlock()
+    second.lock()
+    second.unlock()
+
+
+def test_without_flock_directories_go_unlocked(tmp_path, monkeypatch):
+    """Windows has no fcntl: the store still writes its .lock file, and locks nothing."""
+    monkeypatch.setattr(store_module, "_fcntl", None)
+    first, second = ProfileStore(tmp_path / "p"), ProfileStore(tmp_path / "p")
+    first.lock()
+    second.lock()
+    assert (tmp_path / "p" / ".lock").is_file()
+    first.unlock()
+    second.unlock()
+
+
+def _claim_file(registry, pid, text="process %d measuring x"):
+    path = registry / f"{pid}.run"
+    path.write_text(text % pid)
+    return path
+
+
+def test_registry_is_shared_by_every_user_and_readable_by_them(tmp_path):
+    registry = tmp_path / "reg"
+    old = os.umask(0o077)  # a private umask must not hide this run from other users
+    try:
+        registration = neighbours.Registration("profiles/x", registry)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(registry.stat().st_mode) == 0o1777
+    assert stat.S_IMODE(registration.path.stat().st_mode) == 0o644
+    assert registration.path.read_text() == f"process {os.getpid()} measuring profiles/x"
+    assert neighbours.others(registry) == []  # our own run is not a neighbour
+    registration.close()
+    assert not registration.path.exists()
+
+
+def test_live_runs_are_reported_and_ended_ones_cleared(tmp_path):
+    registry = tmp_path / "reg"
+    registry.mkdir()
+    live, ended = _claim_file(registry, 999_991), _claim_file(registry, 999_992)
+    with open(live) as holder:  # another open file: its lock stands for a live process
+        fcntl.flock(holder.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert neighbours.others(registry) == ["process 999991 measuring x"]
+    assert live.exists() and not ended.exists()
+
+
+def test_another_users_unreadable_registration_counts_as_live(tmp_path, monkeypatch):
+    """We cannot test its lock, so the warning errs on the side of a live run; our own is not counted."""
+    registry = tmp_path / "reg"
+    registry.mkdir()
+    claim = _claim_file(registry, 999_993)
+    real_open, owner = os.open, claim.stat().st_uid
+
+    def refused(path, flags, *args):
+        if str(path).endswith(".run"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(neighbours.os, "open", refused)
+    assert neighbours.others(registry) == []  # ours, yet unreadable: not another run
+    monkeypatch.setattr(neighbours.os, "getuid", lambda: owner + 1)  # now it is another user's
+    assert neighbours.others(registry) == ["process 999993 of another user"]
+    assert claim.exists()
+
+
+def test_without_flock_nothing_registers_and_no_run_is_reported(tmp_path, monkeypatch):
+    registry = tmp_path / "reg"
+    registry.mkdir()
+    _claim_file(registry, 999_995)
+    monkeypatch.setattr(neighbours, "_fcntl", None)
+    registration = neighbours.Registration("profiles/x", registry)
+    assert registration.handle is None and not registration.path.exists()
+    assert neighbours.others(registry) == []
+
+
+def test_tbs_imports_where_there_is_no_fcntl():
+    """Windows has no fcntl: importing tbs must not fail for want of it."""
+    code = ("import sys; sys.modules['fcntl'] = None; import tbs, tbs.profiles.store as s, tbs.measure.neighbours as n; "
+            "assert s._fcntl is None and n._fcntl is None and n.others() == []")
+    subprocess.run([sys.executable, "-c", code], check=True)

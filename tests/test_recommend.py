@@ -89,7 +89,7 @@ def test_cli_json_carries_the_inputs(tmp_path):
     text = CliRunner().invoke(cli, ["recommend", str(tmp_path / "fake"), "--objective", "time"])
     assert "Saving against the best single device" in text.output
     bad = CliRunner().invoke(cli, ["recommend", str(tmp_path / "fake"), "--batch", "3"])
-    assert bad.exit_code == 2 and "batch sizes 8" in bad.stderr
+    assert bad.exit_code == 2 and "is not in this profile: it has 8" in bad.stderr
 
 
 def test_replay_of_the_recorded_pass_computes_the_model():

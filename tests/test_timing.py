@@ -7,6 +7,7 @@ import pytest
 
 from conftest import keras
 from tbs.backends.tensorflow.discovery import discover
+from tbs.errors import TbsError
 from tbs.measure.timing import HarnessOverhead, Interleaved, Interrupted, Measurement, Timer, TimingConfig
 
 
@@ -92,7 +93,7 @@ def test_harness_cost_is_sampled_alongside_and_subtracted():
 def test_rounds_spread_drift_over_every_cell():
     """Throughput halves halfway through: interleaved cells of equal cost still agree."""
     machine = Machine(slowdown=lambda now: 1.0 if int(now / 0.05) % 2 == 0 else 2.0)
-    timer = Timer(TimingConfig(min_samples=20, target_ci=0.0, cell_budget_seconds=0.3, min_block_seconds=0.002,
+    timer = Timer(TimingConfig(min_samples=20, target_ci=0.001, cell_budget_seconds=0.3, min_block_seconds=0.002,
                                ci_floor_seconds=0.0), clock=machine.clock)
     sampler = Interleaved(timer, None)
     for name in "abc":
@@ -111,6 +112,34 @@ def test_stop_request_interrupts_between_samples():
     timer = Timer(TimingConfig(min_block_seconds=0.001), should_stop=lambda: len(fake.calls) > 4, clock=fake.clock)
     with pytest.raises(Interrupted):
         timer.measure(fake)
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"min_samples": 0}, "timing: min_samples=0 must be at least 3 (--min-samples)"),
+    ({"target_ci": 0.0}, "timing: target_ci=0.0 must be between 0.001 and 1 (--target-ci)"),
+    ({"target_ci": 1.5}, "timing: target_ci=1.5 must be between 0.001 and 1 (--target-ci)"),
+    ({"cell_budget_seconds": 0.001}, "timing: cell_budget_seconds=0.001 must be at least 0.01 (--max-cell-seconds)"),
+    ({"min_block_seconds": 1e-5},
+     "timing: min_block_seconds=1e-05 must be at least 0.0001 (--min-block-ms 0.1 or more)"),
+    ({"min_span_seconds": -1.0}, "timing: min_span_seconds=-1.0 must be at least 0 (--min-span-seconds)"),
+    ({"confidence": 1.0}, "timing: confidence=1.0 must be strictly between 0 and 1 (a fraction such as 0.95)"),
+    ({"confidence": 0}, "timing: confidence=0 must be strictly between 0 and 1 (a fraction such as 0.95)"),
+    ({"min_samples": 20, "max_samples": 10},
+     "timing: max_samples=10 must be at least 20 (raise max_samples or lower min_samples)"),
+    ({"max_iterations": 0}, "timing: max_iterations=0 must be at least 1 (a whole number of calls per sample)"),
+    ({"target_ci": float("nan")}, "timing: target_ci=nan is not a number; give a number (--target-ci)"),
+    ({"min_samples": "10"}, "timing: min_samples='10' is not a number; give a number (--min-samples)"),
+])
+def test_config_refuses_what_the_cli_refuses(values, message):
+    with pytest.raises(TbsError) as info:
+        TimingConfig(**values)
+    assert str(info.value) == message
+
+
+def test_config_accepts_the_cli_bounds():
+    edge = TimingConfig(min_samples=3, max_samples=3, target_ci=0.001, cell_budget_seconds=0.01,
+                        min_block_seconds=0.0001, min_span_seconds=0.0, max_iterations=1, confidence=0.5)
+    assert edge.min_samples == 3 and TimingConfig(target_ci=1.0, min_samples=np.int64(5)).target_ci == 1.0
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])

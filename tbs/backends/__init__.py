@@ -24,8 +24,10 @@ from tbs.backends.base import Discovery
 from tbs.backends.tensorflow.environment import native_stderr_captured, quiet_environment
 from tbs.backends.tensorflow.environment import tensorflow as _tensorflow
 from tbs.errors import TbsError
+from tbs.schema import DEFAULT_BACKEND
 
 BACKENDS = ("tensorflow", "jax")
+DEFAULT = DEFAULT_BACKEND  # "tensorflow": what measures when no --backend is given (and old profiles ran on)
 SHORT_NAMES = {"tensorflow": "tf", "jax": "jax"}
 _MODULES = {"tensorflow": "tensorflow", "jax": "jaxlib"}
 _INSTALL = {"tensorflow": "pip install tensorflow", "jax": "pip install 'tbs[jax]'"}
@@ -42,7 +44,7 @@ def current() -> str:
     """The backend Keras uses (or will use once imported)."""
     if "keras" in sys.modules and hasattr(sys.modules["keras"], "backend"):
         return sys.modules["keras"].backend.backend()
-    return os.environ.get("KERAS_BACKEND", "tensorflow")
+    return os.environ.get("KERAS_BACKEND", DEFAULT)
 
 
 def check(name: str) -> None:

@@ -15,6 +15,7 @@ import click
 
 from tbs import api
 from tbs.backends import BACKENDS
+from tbs.backends import DEFAULT as DEFAULT_BACKEND
 from tbs.backends.base import parse_device_tokens
 from tbs.cli.options import EXIT_INTERRUPTED, BatchSizes, Parsed, TbsGroup
 from tbs.cost.prices import parse_prices, parse_spot
@@ -52,7 +53,7 @@ def cli() -> None:
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Profile directory. Default: profiles/<model file name>.")
 @click.option("--resume", is_flag=True, help="Finish an interrupted profile, measuring only missing cells.")
-@click.option("--backend", type=click.Choice(BACKENDS), default="tensorflow", show_default=True,
+@click.option("--backend", type=click.Choice(BACKENDS), default=DEFAULT_BACKEND, show_default=True,
               help="Keras backend that runs the model (jax: pip install 'tbs[jax]').")
 @click.option("--xla", is_flag=True, help="TensorFlow: compile with XLA (jit_compile=True) instead of graphs. "
                                           "JAX always compiles with XLA.")

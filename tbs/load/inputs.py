@@ -219,10 +219,22 @@ def synthetic_batch(specs: list[InputSpec], batch_size: int, seed: int = 0) -> l
 
 
 def _as_arrays(data: Any, specs: list[InputSpec], source: str) -> list[np.ndarray]:
+    """One array per spec, in the specs' order.
+
+    A dict feeds a model of several inputs by name only: its order says nothing about which
+    input an array is for, so a guess could feed arrays to the wrong inputs. A model of one
+    input takes a dict of one array under any key.
+    """
     if isinstance(data, dict):
         names = [s.name for s in specs]
         if all(n in data for n in names):
             return [np.asarray(data[n]) for n in names]
+        if len(specs) > 1:
+            given = ", ".join(repr(k) for k in data) or "none"
+            raise InputDataError(
+                f"{source}: arrays named {given} do not match the model's inputs "
+                f"{', '.join(repr(n) for n in names)}; key each array by the name of the input it feeds"
+            )
         values = list(data.values())
     elif isinstance(data, (list, tuple)):
         values = list(data)

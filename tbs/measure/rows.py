@@ -62,7 +62,7 @@ def layer_row(call: LayerCall, device: Device, base: dict[str, Any], m: Measurem
     if fallen:
         row.update(status=Status.CPU_FALLBACK.value, reason=f"ran on the host CPU: {', '.join(fallen)}")
     else:
-        row.update(status=m.status, reason=m.note or ("" if m.status == "ok" else NOISY_REASON))
+        row.update(status=m.status, reason=m.note or ("" if m.status == Status.OK else NOISY_REASON))
     return row
 
 
@@ -70,7 +70,7 @@ def model_row(base: dict[str, Any], m: Measurement, copy_seconds: float, input_b
               confidence: float) -> dict[str, Any]:
     row = stats_row(m, base, confidence)
     single = float(np.median(m.single_call_seconds)) if m.single_call_seconds else float("nan")
-    row.update(status=m.status, reason=m.note or ("" if m.status == "ok" else NOISY_REASON),
+    row.update(status=m.status, reason=m.note or ("" if m.status == Status.OK else NOISY_REASON),
                dispatch_overhead_s=max(single - row["median_s"], 0.0),
                input_copy_s=copy_seconds, input_bytes=input_bytes)
     return row

@@ -13,13 +13,16 @@ cell's budget runs out: then it is noisy.
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Hashable
 
 import numpy as np
 
+from tbs.errors import TbsError
 from tbs.measure.stats import Summary, summarize
+from tbs.schema import Status
 
 Runner = Callable[[int], None]
 
@@ -40,10 +43,42 @@ class TimingConfig:
     # on a scale of seconds, and samples from one moment would give a tight CI around it.
     min_span_seconds: float = 2.0
 
+    def __post_init__(self) -> None:
+        """Refuse values the CLI would refuse, so a config built in Python fails at once, not mid-run."""
+        _at_least("min_samples", self.min_samples, 3, "--min-samples")
+        _at_least("max_samples", self.max_samples, self.min_samples, "raise max_samples or lower min_samples")
+        _between("target_ci", self.target_ci, 0.001, 1.0, "--target-ci")
+        _between("confidence", self.confidence, 0.0, 1.0, "a fraction such as 0.95", open_ends=True)
+        _at_least("cell_budget_seconds", self.cell_budget_seconds, 0.01, "--max-cell-seconds")
+        _at_least("min_block_seconds", self.min_block_seconds, 0.0001, "--min-block-ms 0.1 or more")
+        _at_least("max_iterations", self.max_iterations, 1, "a whole number of calls per sample")
+        _at_least("ci_floor_seconds", self.ci_floor_seconds, 0.0, "seconds per call, 0 for none")
+        _at_least("min_span_seconds", self.min_span_seconds, 0.0, "--min-span-seconds")
+
     @property
     def max_span_seconds(self) -> float:
         """The widest sampling window a cell may take before it is called noisy."""
         return 4.0 * max(self.min_span_seconds, self.cell_budget_seconds)
+
+
+def _number(name: str, value: object, hint: str) -> float:
+    """The value as a float, or a TbsError naming it (a string or None would fail deep in a run)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(float(value)):
+        raise TbsError(f"timing: {name}={value!r} is not a number; give a number ({hint})")
+    return float(value)
+
+
+def _at_least(name: str, value: object, low: float, hint: str) -> None:
+    if _number(name, value, hint) < low:
+        raise TbsError(f"timing: {name}={value!r} must be at least {low:g} ({hint})")
+
+
+def _between(name: str, value: object, low: float, high: float, hint: str, open_ends: bool = False) -> None:
+    number = _number(name, value, hint)
+    inside = low < number < high if open_ends else low <= number <= high
+    if not inside:
+        which = "strictly between" if open_ends else "between"
+        raise TbsError(f"timing: {name}={value!r} must be {which} {low:g} and {high:g} ({hint})")
 
 
 @dataclass(frozen=True)
@@ -62,7 +97,7 @@ class Measurement:
     raw_seconds: list[float]
     overhead: HarnessOverhead
     first_call_seconds: float
-    status: str = "ok"
+    status: str = Status.OK.value
     single_call_seconds: list[float] = field(default_factory=list)
     note: str = ""  # why a cell is not ok, where the status alone does not say
 
@@ -192,14 +227,14 @@ class Interleaved:
         tight = summary.ci_half_width_fraction <= cfg.target_ci or half_width <= cfg.ci_floor_seconds
         span = cell.last_sample_at - (cell.first_sample_at or cell.last_sample_at)
         if tight and span >= cfg.min_span_seconds:
-            return "ok"
+            return Status.OK.value
         # Out of budget: its own sampling time, or (in rounds over many cells, where a cheap cell
         # costs the whole round) the wall time its samples already span -- but only once it has
         # three times the minimum samples: ten samples give a CI of the median from the 2nd to the
         # 9th value, which drift alone makes wide.
         spread_out = span > cfg.max_span_seconds and len(cell.raw) >= 3 * cfg.min_samples
         if cell.sampled_seconds > cfg.cell_budget_seconds or spread_out or len(cell.raw) >= cfg.max_samples:
-            return "noisy"
+            return Status.NOISY.value
         return None
 
     def run(self, on_done: Callable[[Hashable, Measurement], None],
@@ -218,7 +253,7 @@ class Interleaved:
             # Keep what was sampled: cells with their minimum samples are saved, marked noisy.
             for cell in active:
                 if len(cell.raw) >= self.timer.config.min_samples:
-                    on_done(cell.key, self._finish(cell, "noisy", "interrupted before its CI was tight"))
+                    on_done(cell.key, self._finish(cell, Status.NOISY.value, "interrupted before its CI was tight"))
             raise
 
     def _rounds(self, active: list[_Cell], on_done: Callable[[Hashable, Measurement], None],

@@ -4,6 +4,10 @@ Devices stay distinct by host and backend: when profiles come from more than one
 host, a device is named ``host/device`` everywhere (``gpubox/gpu:0``); when they
 come from more than one Keras backend, the backend follows (``cpu:0 (tf)``,
 ``gpu:0 (jax)``), so one model's layers compare side by side across backends.
+Profiles that would give one device label twice (the same directory passed twice,
+say) are refused, as are profiles whose numbers do not compare: another mode, or
+the user's data against synthetic inputs. The merged profile is as finished as its
+least finished input, so the report says when one of them is interrupted.
 """
 
 from __future__ import annotations
@@ -13,41 +17,17 @@ import pandas as pd
 from tbs.backends import short
 from tbs.errors import ProfileError
 from tbs.profiles.profile import Profile
-from tbs.schema import MERGE_SETTINGS
+from tbs.schema import MERGE_SETTINGS, ProfileStatus
+
+SYNTHETIC_PREFIX = "synthetic"  # how input_source starts for generated inputs ("synthetic (seed 0)")
 
 
 def _signature(profile: Profile) -> list[tuple]:
     return [(l["name"], l["type"]) for l in profile.metadata.get("layers", [])]
 
 
-def _host(profile: Profile) -> str:
-    return str(profile.metadata.get("host", {}).get("hostname", "host"))
-
-
-def _backend(profile: Profile) -> str:
-    return str(profile.metadata.get("backend") or "tensorflow")
-
-
-def _check_settings(profiles: list[Profile]) -> None:
-    """Numbers taken with different measuring settings do not compare: refuse, naming the setting."""
-    first = profiles[0]
-    for other in profiles[1:]:
-        same_backend = _backend(first) == _backend(other)
-        for setting in MERGE_SETTINGS + (("xla",) if same_backend else ()):  # across backends XLA differs by nature
-            mine, theirs = first.metadata.get(setting), other.metadata.get(setting)
-            if setting == "mode":
-                mine, theirs = mine or "inference", theirs or "inference"
-            if mine is not None and theirs is not None and mine != theirs:
-                raise ProfileError(
-                    f"'{other.directory}' was measured with {setting} {theirs!r} and '{first.directory}' with "
-                    f"{mine!r}: their numbers do not compare; merge profiles measured with the same {setting}"
-                )
-
-
-def merge_profiles(profiles: list[Profile]) -> Profile:
-    """One profile holding every device of every input profile (same model required)."""
-    if not profiles:
-        raise ProfileError("no profile given")
+def _check_model(profiles: list[Profile]) -> None:
+    """One model only: the same file, or at least the same layers (a re-saved file)."""
     first = profiles[0]
     for other in profiles[1:]:
         same_file = first.metadata.get("model", {}).get("sha256") == other.metadata.get("model", {}).get("sha256")
@@ -57,15 +37,96 @@ def merge_profiles(profiles: list[Profile]) -> Profile:
                 f"'{first.directory}' profiles '{first.metadata.get('model', {}).get('name')}': "
                 f"a report merges profiles of one model only"
             )
+
+
+def _check_settings(profiles: list[Profile]) -> None:
+    """Numbers taken with different measuring settings do not compare: refuse, naming the setting."""
+    first = profiles[0]
+    for other in profiles[1:]:
+        same_backend = first.backend == other.backend
+        for setting in MERGE_SETTINGS + (("xla",) if same_backend else ()):  # across backends XLA differs by nature
+            if setting == "mode":
+                mine, theirs = first.mode, other.mode
+            else:
+                mine, theirs = first.metadata.get(setting), other.metadata.get(setting)
+            if mine is not None and theirs is not None and mine != theirs:
+                raise ProfileError(
+                    f"'{other.directory}' was measured with {setting} {theirs!r} and '{first.directory}' with "
+                    f"{mine!r}: their numbers do not compare; merge profiles measured with the same {setting}"
+                )
+
+
+def _input_kind(profile: Profile) -> str | None:
+    """'synthetic' or 'your data' (paths and seeds may differ between machines); None if not recorded."""
+    source = profile.metadata.get("input_source")
+    if not source:
+        return None
+    return "synthetic inputs" if str(source).startswith(SYNTHETIC_PREFIX) else "user data"
+
+
+def _check_input_source(profiles: list[Profile]) -> None:
+    """A layer's time can depend on its data (text length, sparsity): synthetic and real do not compare."""
+    first = profiles[0]
+    for other in profiles[1:]:
+        mine, theirs = _input_kind(first), _input_kind(other)
+        if mine is not None and theirs is not None and mine != theirs:
+            raise ProfileError(
+                f"'{other.directory}' was measured on {theirs} (input_source {other.metadata['input_source']!r}) and "
+                f"'{first.directory}' on {mine} ({first.metadata['input_source']!r}): their numbers do not compare; "
+                f"merge profiles whose input_source is of one kind (all with --input, or all without)"
+            )
+
+
+def _device_names(profile: Profile) -> set[str]:
+    """Every device a profile has rows or metadata for."""
+    names = set(profile.devices)
+    for frame in (profile.summary, profile.model):
+        if len(frame):
+            names.update(str(d) for d in frame["device"].dropna())
+    return names
+
+
+def _check_distinct(profiles: list[Profile]) -> None:
+    """Refuse two profiles of one device on one host and backend: merged, their rows would share a label."""
+    seen: dict[tuple[str, str, str], Profile] = {}
+    for p in profiles:
+        for device in sorted(_device_names(p)):
+            key = (p.hostname, p.backend, device)
+            if key in seen:
+                raise ProfileError(
+                    f"'{seen[key].directory}' and '{p.directory}' both measured {device} on host {p.hostname} "
+                    f"with {p.backend}: merged, their rows would share one device; pass each directory once, "
+                    f"and merge profiles of different machines or backends"
+                )
+            seen[key] = p
+
+
+def _merged_status(profiles: list[Profile]) -> str:
+    """The first input's status that is not complete ('interrupted', ...), else complete."""
+    for p in profiles:
+        status = p.metadata.get("status")
+        if status is not None and status != ProfileStatus.COMPLETE:
+            return str(status)
+    return ProfileStatus.COMPLETE.value
+
+
+def merge_profiles(profiles: list[Profile]) -> Profile:
+    """One profile holding every device of every input profile (same model required)."""
+    if not profiles:
+        raise ProfileError("no profile given")
+    first = profiles[0]
+    _check_model(profiles)
     _check_settings(profiles)
+    _check_input_source(profiles)
     if len(profiles) == 1:
         return first
-    hosts = {_host(p) for p in profiles}
-    backends = {_backend(p) for p in profiles}
+    _check_distinct(profiles)
+    hosts = {p.hostname for p in profiles}
+    backends = {p.backend for p in profiles}
 
     def label(p: Profile, device: str) -> str:
-        name = f"{_host(p)}/{device}" if len(hosts) > 1 else device
-        return f"{name} ({short(_backend(p))})" if len(backends) > 1 else name
+        name = f"{p.hostname}/{device}" if len(hosts) > 1 else device
+        return f"{name} ({short(p.backend)})" if len(backends) > 1 else name
 
     frames: dict[str, list[pd.DataFrame]] = {"summary": [], "model": [], "samples": []}
     devices, missing, environments = [], {}, []
@@ -75,13 +136,13 @@ def merge_profiles(profiles: list[Profile]) -> Profile:
             if len(frame):
                 frame["device"] = [label(p, d) for d in frame["device"]]
             frames[name].append(frame)
-        devices += [dict(d, name=label(p, d["name"]), host=_host(p)) for d in p.metadata.get("devices", [])]
+        devices += [dict(d, name=label(p, d["name"]), host=p.hostname) for d in p.metadata.get("devices", [])]
         for kind, reason in p.metadata.get("devices_missing", {}).items():
             missing[label(p, kind)] = reason
         environments.append({k: p.metadata.get(k) for k in ("host", "versions", "settings", "command", "started",
                                                               "backend", "status")})
     metadata = dict(first.metadata, devices=devices, devices_missing=missing, environments=environments,
-                    merged_from=[str(p.directory) for p in profiles],
+                    merged_from=[str(p.directory) for p in profiles], status=_merged_status(profiles),
                     batch_sizes=sorted({b for p in profiles for b in p.metadata.get("batch_sizes", [])}))
     return Profile(directory=first.directory, metadata=metadata,
                    **{name: pd.concat([f for f in parts if len(f)] or parts[:1], ignore_index=True)

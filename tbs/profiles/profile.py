@@ -19,8 +19,8 @@ from typing import Any, Iterator
 import pandas as pd
 
 from tbs.errors import ProfileError
-from tbs.schema import (FORMAT_VERSION, MODEL_COLUMNS, READABLE_VERSIONS, SAMPLE_COLUMNS, SUMMARY_COLUMNS,
-                        TRANSFER_COLUMNS, ProfileMetadata, ProfileStatus)
+from tbs.schema import (DEFAULT_BACKEND, FORMAT_VERSION, MODEL_COLUMNS, READABLE_VERSIONS, SAMPLE_COLUMNS,
+                        SUMMARY_COLUMNS, TRANSFER_COLUMNS, ProfileMetadata, ProfileStatus)
 
 FILES = {"summary": SUMMARY_COLUMNS, "model": MODEL_COLUMNS, "samples": SAMPLE_COLUMNS, "transfers": TRANSFER_COLUMNS}
 
@@ -81,7 +81,8 @@ class Profile:
 
     @property
     def backend(self) -> str:
-        return str(self.metadata.get("backend") or "tensorflow")
+        """The Keras backend it was measured on (profiles that predate the field ran on the default)."""
+        return str(self.metadata.get("backend") or DEFAULT_BACKEND)
 
     @property
     def mode(self) -> str:
@@ -89,6 +90,7 @@ class Profile:
 
     @property
     def hostname(self) -> str:
+        """The machine it was measured on: merged reports name devices by it."""
         return str(self.metadata.get("host", {}).get("hostname", "host"))
 
     @property

@@ -11,12 +11,13 @@ measured; ``metadata.json`` says whether the profile is complete. Files:
 - ``metadata.json`` model, layers, layer graph, host, devices, versions, settings, status
 
 One process at a time measures into a directory: ``ProfileStore.lock`` holds an
-exclusive lock on ``.lock`` there for the whole run.
+exclusive lock on ``.lock`` there for the whole run. The lock is POSIX flock: on
+Windows (no ``fcntl``) directories are not locked, and two runs into one directory
+are the user's to avoid.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 from pathlib import Path
@@ -29,6 +30,11 @@ from tbs.profiles.profile import (FILES, in_layer_order, load_profile, no_interr
                                   write_json_atomic)
 from tbs.schema import FAILED, MEASUREMENT_SETTINGS, MODEL_LAYER, CellKey, ProfileStatus
 
+try:
+    import fcntl as _fcntl
+except ImportError:  # pragma: no cover - Windows: no flock, so no lock (see the module docstring)
+    _fcntl = None  # type: ignore[assignment]
+
 LOCK_FILE = ".lock"
 
 
@@ -38,13 +44,14 @@ class ProfileStore:
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
         self.metadata: dict[str, Any] = {}
-        self._done: set[tuple] = set()
+        self._done: set[CellKey] = set()
         self._lock: Any = None
 
     def lock(self) -> None:
         """Hold the directory for this process: a second run measuring into it would skew both.
 
         The lock is the kernel's (flock), so it is released when this process ends, however it ends.
+        Without flock (Windows) the file is still written, naming this process, but nothing is locked.
         """
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -52,7 +59,8 @@ class ProfileStore:
         except OSError as exc:
             raise ProfileError(f"cannot create profile directory '{self.directory}' ({exc.strerror}); choose another --out") from None
         try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if _fcntl is not None:
+                _fcntl.flock(handle.fileno(), _fcntl.LOCK_EX | _fcntl.LOCK_NB)
         except OSError:
             handle.seek(0)
             holder = handle.read().strip() or "another process"
@@ -70,7 +78,8 @@ class ProfileStore:
     def unlock(self) -> None:
         if self._lock is not None:
             self._lock.truncate(0)  # the file stays: removing it would race a process about to lock it
-            fcntl.flock(self._lock.fileno(), fcntl.LOCK_UN)
+            if _fcntl is not None:
+                _fcntl.flock(self._lock.fileno(), _fcntl.LOCK_UN)
             self._lock.close()
             self._lock = None
 
@@ -145,7 +154,8 @@ class ProfileStore:
         write_json_atomic(self.paths["metadata"], self.metadata)
         return len(self._done)
 
-    def is_done(self, key: tuple) -> bool:
+    def is_done(self, key: CellKey) -> bool:
+        """Whether the cell already has its row (from this run or the one resumed): skip it."""
         return key in self._done
 
     def _append(self, name: str, rows: Iterable[dict[str, Any]], columns: list[str]) -> None:
@@ -156,10 +166,10 @@ class ProfileStore:
         with no_interrupts():
             frame.to_csv(path, mode="a", header=not path.exists() or path.stat().st_size == 0, index=False)
 
-    def add_cell(self, key: tuple, row: dict[str, Any], samples: list[dict[str, Any]]) -> None:
+    def add_cell(self, key: CellKey, row: dict[str, Any], samples: list[dict[str, Any]]) -> None:
         """Write one finished cell: its samples first, then its summary row (which marks it done)."""
         self._append("samples", samples, FILES["samples"])
-        if key[0] == "model":
+        if key.target == "model":
             self._append("model", [row], FILES["model"])
         else:
             self._append("summary", [row], FILES["summary"])
@@ -172,7 +182,7 @@ class ProfileStore:
         self.metadata.update(values)
         write_json_atomic(self.paths["metadata"], self.metadata)
 
-    def finish(self, status: str) -> None:
+    def finish(self, status: ProfileStatus | str) -> None:
         self.update_metadata(status=str(status))
 
 

@@ -9,6 +9,7 @@ from tbs.report.analysis import winner
 from tbs.profiles.profile import Profile, with_layer_sums
 from tbs.place.recommend import Recommendation, comparison, saving
 from tbs.place.verify import Verification
+from tbs.schema import MEASURED, NOT_MEASURED, Status
 from tbs.units import format_seconds, format_usd, is_number
 
 PER_MILLION = 1_000_000
@@ -39,14 +40,14 @@ def inactive_meaning(profile: Profile) -> str:
 
 
 def _cell_text(row: pd.Series, fastest: str, cheapest: str, priced: bool) -> str:
-    if row["status"] in ("oom", "error", "unsupported") or not is_number(row["per_sample_s"]):
+    if row["status"] in NOT_MEASURED or not is_number(row["per_sample_s"]):
         return str(row["status"]).upper()
     text = format_seconds(row["per_sample_s"])
     if priced:
         cost = row["cost_per_sample_usd"]
         text += f" {format_usd(cost * PER_MILLION) if is_number(cost) else 'no price'}"
     marks = fastest + cheapest
-    if row["status"] not in ("ok",):
+    if row["status"] != Status.OK:
         marks += f" [{row['status']}]"
     return f"{text} {marks}".rstrip()
 
@@ -87,7 +88,7 @@ def batch_table(profile: Profile, batch_size: int) -> str:
             cell = model[model["device"] == device] if not model.empty else model
             value = cell.iloc[0][column] if not cell.empty else None
             status = str(cell.iloc[0].get("status", "")) if not cell.empty else ""
-            failed = column == "per_sample_s" and status not in ("", "ok", "noisy")
+            failed = column == "per_sample_s" and status not in ("",) + MEASURED
             line[device] = format_seconds(value) if is_number(value) else (status.upper() if failed else "-")
             if column == "layers_sum_per_sample_s" and is_number(value):
                 measured = int(cell.iloc[0]["layers_measured"])

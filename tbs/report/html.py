@@ -21,12 +21,13 @@ from tbs.report.analysis import crossovers, winner, winners, with_intervals
 from tbs.report.console import INACTIVE_MARK, comparison_table, inactive_layers, training_command
 from tbs.report.figures import (View, batch_axis, heatmap_figure, layer_stack, missing_cells, scaling_figure, spread_figure,
                                 stacked_figure, whole_model)
-from tbs.schema import USABLE
+from tbs.schema import MEASURED, NOT_MEASURED, USABLE, ProfileStatus, Status
 from tbs.units import format_seconds, format_usd, is_number
 
 PER_MILLION = 1_000_000
-STATUS_COLORS = {"ok": "#2e7d32", "noisy": "#b26a00", "oom": "#c62828", "error": "#c62828",
-                 "cpu-fallback": "#6a1b9a", "unsupported": "#546e7a"}
+STATUS_COLORS = {Status.OK.value: "#2e7d32", Status.NOISY.value: "#b26a00", Status.OOM.value: "#c62828",
+                 Status.ERROR.value: "#c62828", Status.CPU_FALLBACK.value: "#6a1b9a",
+                 Status.UNSUPPORTED.value: "#546e7a"}
 
 
 @dataclass
@@ -220,7 +221,7 @@ def section_model_cost(data: ReportData) -> str:
     model = data.model
     if model.empty:
         return ""
-    usable = model[model["status"].isin(["ok", "noisy"])]
+    usable = model[model["status"].isin(MEASURED)]
     fig = go.Figure()
     priced = usable[usable["cost_per_sample_usd"].notna()]
     frame, what = (priced, "cost_per_sample_usd") if len(priced) else (usable, "per_sample_s")
@@ -321,12 +322,12 @@ def section_not_measured(data: ReportData) -> str:
     meta = data.profile.metadata
     missing = "".join(f"<li>{_esc(k)}: {_esc(v)}</li>" for k, v in meta.get("devices_missing", {}).items())
     s = data.profile.summary
-    failed = s[s["status"].isin(["oom", "error", "unsupported"])] if len(s) else s
+    failed = s[s["status"].isin(NOT_MEASURED)] if len(s) else s
     rows = "".join(f"<li>{_esc(r['layer'])} on {_esc(r['device'])} @ batch {r['batch_size']}: "
                    f"<b>{_esc(r['status'])}</b> {_esc(r['reason'])}</li>" for _, r in failed.iterrows())
     status = meta.get("status")
     unfinished = (f"<p><b>This profile is {status}</b>: finish it with tbs profile … --resume.</p>"
-                  if status not in (None, "complete") else "")
+                  if status not in (None, ProfileStatus.COMPLETE.value) else "")
     return (f'<h2 id="missing">Not measured</h2>{unfinished}<ul>{missing or "<li>No device kind missing.</li>"}</ul>'
             f'<ul>{rows or "<li>No failed cell.</li>"}</ul>')
 
