@@ -21,6 +21,7 @@ from typing import Callable, Hashable
 import numpy as np
 
 from tbs.errors import TbsError
+from tbs.units import is_number
 from tbs.measure.stats import Summary, summarize
 from tbs.schema import Status
 
@@ -63,7 +64,7 @@ class TimingConfig:
 
 def _number(name: str, value: object, hint: str) -> float:
     """The value as a float, or a TbsError naming it (a string or None would fail deep in a run)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(float(value)):
+    if not isinstance(value, numbers.Real) or not is_number(value):
         raise TbsError(f"timing: {name}={value!r} is not a number; give a number ({hint})")
     return float(value)
 

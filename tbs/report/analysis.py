@@ -6,12 +6,11 @@ runner-up's; otherwise the cell is a tie. Pure pandas, no measuring.
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from tbs.cost.reprice import usd_for_seconds
 from tbs.schema import USABLE
+from tbs.units import is_number
 
 
 def _usable(frame: pd.DataFrame, column: str) -> pd.DataFrame:
@@ -39,7 +38,7 @@ def winner(cells: pd.DataFrame, objective: str = "time") -> dict[str, object]:
         return {"device": None, "tie": False, "devices": [], "label": "no data"}
     best = usable.iloc[0]
     tied = [r["device"] for _, r in usable.iterrows()
-            if r["device"] == best["device"] or (not math.isnan(r[low]) and r[low] <= best[high])]
+            if r["device"] == best["device"] or (is_number(r[low]) and r[low] <= best[high])]
     if len(usable) == 1:
         return {"device": best["device"], "tie": False, "devices": [best["device"]], "label": best["device"]}
     if len(tied) > 1:
