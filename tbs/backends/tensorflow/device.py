@@ -6,6 +6,12 @@ copies of the same call would be merged by Grappler; a loop body really runs
 every iteration. Each iteration consumes one element of every output, so
 nothing is pruned, and the runner waits on one scalar instead of copying
 activations back to the host.
+
+parallel_iterations=1 matters (issue 11, tests/test_tf_runner.py): a plain
+``tf.while_loop`` runs up to 10 iterations at once, and calls that do not depend
+on each other then overlap -- on lm_imdb the next call's single-threaded string
+ops run on a second core, so a plain loop reports about 0.7x of one call's time.
+That is throughput of overlapped calls, not what one forward pass takes.
 """
 
 from __future__ import annotations
