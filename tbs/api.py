@@ -23,6 +23,7 @@ import pandas as pd
 
 from tbs import backends, checks
 from tbs.backends.base import Device
+from tbs.backends.host import now_iso
 from tbs.cost.prices import load_price_file
 from tbs.cost.reprice import reprice
 from tbs.errors import ProfileError, TbsError, TbsWarning
@@ -33,6 +34,7 @@ from tbs.profiles.profile import Profile, load_profile
 from tbs.profiles.store import ProfileStore, finalize
 from tbs.progress import reporter
 from tbs.report.base import render as _render
+from tbs.schema import ProfileStatus
 from tbs.place.verify import Verification, verify_recommendation
 from tbs.run import Run, RunOptions, custom_object_dict
 
@@ -107,11 +109,11 @@ def _measure(run: Run, store: ProfileStore) -> bool:
         run.measure(store, should_stop=lambda: stop["requested"])
     except TbsError as exc:  # e.g. the forward pass fails on the data: nothing to resume
         run.reporter.finish()
-        store.update_metadata(status="failed", error=str(exc))
+        store.update_metadata(status=ProfileStatus.FAILED.value, error=str(exc))
         raise
     except (Interrupted, KeyboardInterrupt) as exc:
         run.reporter.finish()
-        store.update_metadata(status="interrupted", elapsed_s=time.perf_counter() - started)
+        store.update_metadata(status=ProfileStatus.INTERRUPTED.value, elapsed_s=time.perf_counter() - started)
         if isinstance(exc, KeyboardInterrupt):
             raise
         return True
@@ -119,7 +121,7 @@ def _measure(run: Run, store: ProfileStore) -> bool:
         run.close()
         if previous is not _NOT_INSTALLED:
             signal.signal(signal.SIGINT, previous)
-    store.update_metadata(finished=run.now(), elapsed_s=time.perf_counter() - started)
+    store.update_metadata(finished=now_iso(), elapsed_s=time.perf_counter() - started)
     return False
 
 

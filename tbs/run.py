@@ -8,7 +8,6 @@ devices found, the model loaded on the first device and its inputs made.
 from __future__ import annotations
 
 import hashlib
-import os
 import sys
 from dataclasses import asdict, dataclass
 from importlib import metadata as _metadata
@@ -20,16 +19,18 @@ import numpy as np
 from tbs import backends
 from tbs.backends.base import Device, select
 from tbs.backends.host import host_info, now_iso
+from tbs.checks import is_path
 from tbs.cost.reprice import row_pricer
 from tbs.errors import InputDataError, TbsError
 from tbs.load.inputs import InputSpec, check_input_arrays, input_specs, load_user_input
-from tbs.load.model import LoadedModel, check_model_file, import_custom_objects, load_model, load_model_object
+from tbs.load.model import (LoadedModel, ModelSource, check_model_file, import_custom_objects, load_model,
+                            load_model_object)
 from tbs.measure import neighbours
 from tbs.measure.profiler import Profiler, ProfileRequest
 from tbs.measure.timing import TimingConfig
 from tbs.profiles.store import ProfileStore
 from tbs.progress import Reporter
-from tbs.schema import FORMAT_VERSION
+from tbs.schema import FORMAT_VERSION, ProfileStatus
 
 
 @dataclass
@@ -50,32 +51,26 @@ class RunOptions:
     safe_mode: bool
 
 
-def _is_path(value: Any) -> bool:
-    return isinstance(value, (str, os.PathLike))
-
-
 def custom_object_dict(custom_objects: Any) -> dict[str, Any]:
-    """Classes and functions by name: from .py files (imported) or a dict given in Python."""
+    """Classes and functions by name, from what ``checks.custom_objects`` returned: None, a dict, or .py files."""
     if custom_objects is None:
         return {}
     if isinstance(custom_objects, Mapping):
         return dict(custom_objects)
-    paths = [custom_objects] if _is_path(custom_objects) else list(custom_objects)
-    return import_custom_objects([Path(p) for p in paths])
+    return import_custom_objects(list(custom_objects))
 
 
 def _precheck(options: RunOptions) -> None:
     """File problems that need no framework: report them before the slow import."""
-    if _is_path(options.model):
+    if is_path(options.model):
         check_model_file(Path(options.model))
     elif not hasattr(options.model, "count_params"):
         raise TbsError(f"model: {type(options.model).__name__} is neither a model file path nor a keras.Model")
     if options.custom_objects is not None and not isinstance(options.custom_objects, Mapping):
-        paths = [options.custom_objects] if _is_path(options.custom_objects) else list(options.custom_objects)
-        for path in paths:
+        for path in options.custom_objects:
             if not Path(path).is_file():
                 raise TbsError(f"--custom-objects: file '{path}' does not exist; pass the .py file defining your layers")
-    if _is_path(options.input) and not Path(options.input).is_file():
+    if is_path(options.input) and not Path(options.input).is_file():
         raise InputDataError(f"--input: file '{options.input}' does not exist; pass a .npy, .npz or pickle file")
     if options.backend is not None:
         backends.check(options.backend)
@@ -84,7 +79,7 @@ def _precheck(options: RunOptions) -> None:
 def _backend_for(options: RunOptions) -> str:
     """The backend asked for; an in-memory model runs on the backend Keras already uses."""
     running = backends.current()  # what Keras uses, or will: KERAS_BACKEND, else the default
-    if _is_path(options.model):
+    if is_path(options.model):
         return options.backend or running
     if options.backend and options.backend != running:
         raise TbsError(f"backend '{options.backend}': this in-memory model lives on Keras's {running} backend; "
@@ -108,10 +103,7 @@ class Run:
         self.reporter = reporter
         self.warn = warn
         self.registration: neighbours.Registration | None = None
-
-    @property
-    def directory(self) -> Path | None:
-        return self.options.out
+        self.source: ModelSource | None = None
 
     def prepare(self) -> None:
         """Check, choose the backend, find devices, load the model once, make its inputs."""
@@ -119,7 +111,7 @@ class Run:
         _precheck(o)
         self.backend = _backend_for(o)
         backends.choose(self.backend)  # before anything imports Keras
-        self.reporter.status(f"tbs: loading {self.backend} and {o.model if _is_path(o.model) else 'the model'} ...")
+        self.reporter.status(f"tbs: loading {self.backend} and {o.model if is_path(o.model) else 'the model'} ...")
         self.discovery = backends.discover(self.backend)
         self.devices = select(self.discovery, o.device_tokens, self.warn)
         self.custom = custom_object_dict(o.custom_objects)
@@ -130,9 +122,11 @@ class Run:
 
     def load_on(self, device: Device) -> LoadedModel:
         o = self.options
-        if _is_path(o.model):
+        if is_path(o.model):
             return load_model(Path(o.model), self.custom, scope=device.scope, safe_mode=o.safe_mode)
-        return load_model_object(o.model, scope=device.scope)
+        if self.source is None:  # pickled and hashed once, copied once per device
+            self.source = ModelSource.of(o.model)
+        return load_model_object(self.source, scope=device.scope)
 
     def _inputs(self) -> tuple[list[InputSpec], list[np.ndarray] | None]:
         o, name = self.options, self.loaded.name
@@ -141,7 +135,7 @@ class Run:
         except Exception as exc:  # odd build state of a custom model: ask for data instead of guessing
             raise InputDataError(f"cannot read the input specs of model '{name}' ({exc}); pass --input FILE") from None
         user = None
-        if _is_path(o.input):
+        if is_path(o.input):
             user = load_user_input(Path(o.input), specs)
         elif o.input is not None:
             user = check_input_arrays(o.input, specs, "the input arrays")
@@ -155,7 +149,7 @@ class Run:
 
     def _input_source(self) -> str:
         o = self.options
-        if _is_path(o.input):
+        if is_path(o.input):
             return str(o.input)
         if self.user_arrays is not None:
             return f"in-memory arrays (sha256 {_array_digest(self.user_arrays)})"
@@ -180,19 +174,18 @@ class Run:
         """A new profile in the store, or the unfinished one reopened with --resume."""
         existing = store.existing_status()
         metadata = self.metadata()
-        if self.options.resume and existing in ("running", "interrupted", "complete"):
+        unfinished = (ProfileStatus.RUNNING, ProfileStatus.INTERRUPTED)
+        if self.options.resume and existing in unfinished + (ProfileStatus.COMPLETE,):
             finished = store.resume(metadata)
             self.reporter.note(f"tbs: resuming {store.directory} ({finished} cells already measured)")
         else:
-            if existing in ("running", "interrupted") and not self.options.resume:
+            if existing in unfinished and not self.options.resume:
                 raise TbsError(f"'{store.directory}' holds an unfinished profile; add --resume to finish it, "
                                f"or --out DIR for a new one")
             if self.options.resume:
                 self.warn(f"nothing to resume in {store.directory}; starting a new profile")
             store.create(metadata)
-        for other in neighbours.others():
-            self.warn(f"another tbs run is measuring on this machine ({other}); its load skews every timing here")
-        self.registration = neighbours.Registration(str(store.directory))
+        self.registration = neighbours.register(str(store.directory), self.warn)
 
     def measure(self, store: ProfileStore, should_stop: Callable[[], bool]) -> None:
         o = self.options
@@ -209,10 +202,6 @@ class Run:
         if self.registration is not None:
             self.registration.close()
             self.registration = None
-
-    @staticmethod
-    def now() -> str:
-        return now_iso()
 
 
 def _tbs_version() -> str:

@@ -87,13 +87,9 @@ SAMPLE_COLUMNS = [
     "harness_call_s", "harness_iteration_s", "seconds_per_call", "host",
 ]
 
-# Settings that change what a number means: a resumed profile must match them, and
-# profiles measured with different ones are not merged into one comparison.
+# Settings that change what a number means: a resumed profile must match them. (Merging
+# profiles from several machines checks the mode and, on one backend, XLA: profiles/merge.py.)
 MEASUREMENT_SETTINGS = ("mode", "xla", "input_source", "prices_usd_per_hour", "timing", "backend")
-# Of those, the ones that must agree across machines for their numbers to compare: what was
-# run (the mode) and, on one backend, how it was compiled. Prices are re-applied when merging,
-# backends are labelled, and the statistics settings change how sure a number is, not what it means.
-MERGE_SETTINGS = ("mode",)
 
 
 class LayerInfo(TypedDict, total=False):

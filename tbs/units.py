@@ -5,6 +5,9 @@ from __future__ import annotations
 import math
 
 
+PER_MILLION = 1_000_000  # costs are shown per 1M samples
+
+
 def is_number(value: object) -> bool:
     """Whether a value is a real, finite-or-infinite number (not None, NaN, text or a bool): the one test."""
     if value is None or isinstance(value, (bool, str)):

@@ -1,6 +1,7 @@
 import pytest
 
-from tbs.cost.prices import load_price_file, parse_prices, price_for
+from tbs.cost.prices import load_price_file, parse_prices
+from tbs.cost.reprice import lookup
 from tbs.cost.reprice import cost_per_sample_usd
 from tbs.errors import TbsError
 
@@ -22,9 +23,9 @@ def test_bad_prices_name_the_value(text, fragment):
 
 def test_price_lookup_prefers_the_exact_device():
     prices = {"gpu": 3.0, "gpu:1": 2.0}
-    assert price_for("gpu:1", "gpu", prices) == 2.0
-    assert price_for("gpu:0", "gpu", prices) == 3.0
-    assert price_for("cpu:0", "cpu", prices) is None
+    assert lookup(prices, "gpu:1", "gpu") == 2.0
+    assert lookup(prices, "gpu:0", "gpu") == 3.0
+    assert lookup(prices, "cpu:0", "cpu") is None
 
 
 def test_cost_per_sample_arithmetic_and_unknowns():

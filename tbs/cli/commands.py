@@ -151,8 +151,7 @@ def recommend(directory: Path, prices: dict[str, float] | None, spot: dict[str, 
                         budget_usd_per_1m=budget)
     click.echo(api.render(None, fmt, recommendation=rec))
     if verify:  # printed after the prediction, which is worth seeing while the replay runs
-        rec.verification = api.verify(profile, rec, custom_objects=list(custom_files) or None,
-                                      safe_mode=not no_safe_mode)
+        api.verify(profile, rec, custom_objects=list(custom_files) or None, safe_mode=not no_safe_mode)
         click.echo(verification_text(rec.verification))
 
 

@@ -76,13 +76,6 @@ def parse_price_value(value: str, key: str = "device", where: str = "--cost") ->
     return usd_per_hour
 
 
-def price_for(device_name: str, device_kind: str, prices: Mapping[str, float]) -> float | None:
-    """USD per hour for a device: its own price, else its kind's, else None (unknown)."""
-    if device_name in prices:
-        return prices[device_name]
-    return prices.get(device_kind)
-
-
 def parse_spot(text: str, where: str = "--spot") -> dict[str, float]:
     """'tpu=0.7,gpu:1=0.6' -> discount fractions (0.7 = 70% off the listed price)."""
     spot: dict[str, float] = {}

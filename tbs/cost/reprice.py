@@ -20,9 +20,7 @@ SECONDS_PER_HOUR = 3600.0
 
 def cost_per_sample_usd(per_sample_s: float | None, usd_per_hour: float | None) -> float | None:
     """per_sample_s x price / 3600; None when either is unknown."""
-    if not is_number(per_sample_s) or not is_number(usd_per_hour):
-        return None
-    return per_sample_s * usd_per_hour / SECONDS_PER_HOUR
+    return usd_per_batch(per_sample_s, usd_per_hour) if is_number(per_sample_s) else None
 
 
 def usd_for_seconds(seconds: pd.Series, usd_per_hour: pd.Series) -> pd.Series:
@@ -63,12 +61,11 @@ def row_pricer(usd_per_hour: Mapping[str, float]) -> Callable[[dict[str, Any]], 
     return price_row
 
 
-def reprice(profile: Profile, usd_per_hour: Mapping[str, float], spot: Mapping[str, float] | None = None,
-            keep_recorded: bool = True) -> Profile:
+def reprice(profile: Profile, usd_per_hour: Mapping[str, float], spot: Mapping[str, float] | None = None) -> Profile:
     """Cost columns recomputed from new prices: exact device label, then device name, then kind.
 
-    A device the new prices do not name keeps the price it was profiled with
-    (``keep_recorded``), so re-pricing the GPU does not make the CPU unpriced.
+    A device the new prices do not name keeps the price it was profiled with,
+    so re-pricing the GPU does not make the CPU unpriced.
     ``spot`` is a discount fraction per device key (0.7 = 70% off the listed price).
     """
     spot = spot or {}
@@ -80,7 +77,7 @@ def reprice(profile: Profile, usd_per_hour: Mapping[str, float], spot: Mapping[s
         prices = []
         for device, kind, recorded in zip(frame["device"], frame["device_kind"], frame["usd_per_hour"]):
             price = lookup(usd_per_hour, device, kind)
-            if price is None and keep_recorded and is_number(recorded):
+            if price is None and is_number(recorded):
                 price = float(recorded)
             discount = lookup(spot, device, kind) or 0.0
             prices.append(None if price is None else price * (1.0 - discount))
@@ -88,7 +85,7 @@ def reprice(profile: Profile, usd_per_hour: Mapping[str, float], spot: Mapping[s
         frame["cost_per_sample_usd"] = usd_for_seconds(frame["per_sample_s"], frame["usd_per_hour"])
         return frame
 
-    table = dict(profile.metadata.get("prices_usd_per_hour") or {}) if keep_recorded else {}
+    table = dict(profile.metadata.get("prices_usd_per_hour") or {})
     table.update(usd_per_hour)
     metadata = dict(profile.metadata, prices_usd_per_hour=table, spot_discount=dict(spot))
     return replace(profile, metadata=metadata, summary=apply(profile.summary), model=apply(profile.model))

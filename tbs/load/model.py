@@ -17,7 +17,6 @@ import inspect
 import pickle
 import re
 import sys
-import weakref
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -254,27 +253,12 @@ def _weights_digest(model: Any) -> str:
     return digest.hexdigest()
 
 
-# one ModelSource per live model (weakly keyed), reused while its weights are unchanged
-_SOURCES: "weakref.WeakKeyDictionary[Any, tuple[str, ModelSource]]" = weakref.WeakKeyDictionary()
-
-
-def model_source(model: Any) -> ModelSource:
-    """The model's ModelSource, pickled on first use and again only when its weights changed."""
-    _check_model(model)
-    digest = _weights_digest(model)
-    cached = _SOURCES.get(model)
-    if cached is not None and cached[0] == digest:
-        return cached[1]
-    source = ModelSource.of(model)
-    _SOURCES[model] = (digest, source)
-    return source
-
-
 def load_model_object(model: Any, scope: Callable[[], ContextManager] = nullcontext) -> LoadedModel:
     """An independent copy of an in-memory keras.Model (or a ModelSource) made under ``scope()``.
 
-    The caller's model is never placed or changed; calling this once per device pickles it only once.
+    The caller's model is never placed or changed. Pass one ``ModelSource.of(model)`` for
+    every device's copy: the model is then pickled (and its weights hashed) once.
     """
-    source = model if isinstance(model, ModelSource) else model_source(model)
+    source = model if isinstance(model, ModelSource) else ModelSource.of(model)
     copy = source.copy(scope)
     return LoadedModel(model=copy, path=None, name=source.name, sha256=source.sha256, format=IN_MEMORY_FORMAT)

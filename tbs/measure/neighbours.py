@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import IO
+from typing import Callable, IO
 
 try:
     import fcntl as _fcntl
@@ -112,3 +112,10 @@ def others(registry: Path = REGISTRY) -> list[str]:
         if claim is not None:
             found.append(claim)
     return found
+
+
+def register(what: str, warn: Callable[[str], None]) -> Registration:
+    """Warn about every other live tbs run on this machine, then register this one as measuring ``what``."""
+    for other in others():
+        warn(f"another tbs run is measuring on this machine ({other}); its load skews every timing here")
+    return Registration(what)

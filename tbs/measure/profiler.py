@@ -114,7 +114,6 @@ class Profiler:
         self.harnesses: dict[str, Runner] = {}
         self.eta = WorkEstimate(request.config, SINGLE_CALLS, clock)
         self.activation_bytes_per_sample = 0.0
-        self.layer_names: list[str] = []
 
     # ----- estimates for an honest ETA -------------------------------------------------
     def _seed_estimates(self, first: Capture, first_batch: int) -> None:

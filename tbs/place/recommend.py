@@ -20,8 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tbs.cost.prices import price_for
-from tbs.cost.reprice import usd_per_batch
+from tbs.cost.reprice import lookup, usd_per_batch
 from tbs.schema import MEASURED
 from tbs.units import is_number
 from tbs.errors import TbsError
@@ -81,7 +80,7 @@ def gather(profile: Profile, batch_size: int | None) -> Inputs:
            rows.groupby("device")["usd_per_hour"].first().items()} if "usd_per_hour" in rows else {}
     for d in devices:
         if usd.get(d) is None:
-            usd[d] = price_for(d, kinds.get(d, ""), prices)
+            usd[d] = lookup(prices, d, kinds.get(d, ""))
     host = profile.metadata.get("host_device") or next((d for d in devices if kinds.get(d) == "cpu"), devices[0])
     edges = (profile.metadata.get("graph") or {}).get(str(batch), [])
     grouped: dict[tuple, list[str]] = {}

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -54,16 +54,12 @@ class Problem:
             total += sum(self.transfer_cost(here, d, t.bytes) for d in destinations if d != here)
         return total
 
-    def feasible_devices(self, layer: str) -> list[str]:
-        return [d for d in self.devices if math.isfinite(self.node_cost[(layer, d)])]
-
 
 @dataclass
 class Solution:
     placement: dict[str, str]
     cost: float
     method: str
-    extra: dict[str, object] = field(default_factory=dict)
 
 
 def is_chain(problem: Problem) -> bool:

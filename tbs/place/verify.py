@@ -28,7 +28,7 @@ from tbs.backends.tensors import iter_tensors, replace_tensors
 from tbs.capture.recorder import Capture, LayerCall, capture
 from tbs.errors import TbsError, TbsWarning
 from tbs.load.inputs import batch_arrays, check_input_arrays, input_specs, load_user_input, structure_inputs
-from tbs.load.model import load_model, load_model_object
+from tbs.load.model import ModelSource, load_model, load_model_object
 from tbs.measure import neighbours
 from tbs.measure.stats import Summary
 from tbs.measure.timing import Interleaved, Measurement, Timer, TimingConfig
@@ -162,7 +162,8 @@ def _models_on(profile: Profile, devices: dict[str, Device], custom_objects: dic
     if model is not None:
         if not hasattr(model, "count_params"):
             raise TbsError(f"model: {type(model).__name__} is not a keras.Model; pass the model you profiled")
-        return {name: load_model_object(model, scope=d.scope).model for name, d in devices.items()}
+        source = ModelSource.of(model)  # pickled once for every device's copy
+        return {name: load_model_object(source, scope=d.scope).model for name, d in devices.items()}
     recorded = profile.metadata.get("model", {}).get("path")
     if not recorded:
         raise TbsError("--verify replays the profiled model, and this profile was measured on an in-memory model: "
@@ -211,10 +212,8 @@ def verify_recommendation(profile: Profile, rec: Recommendation, custom_objects:
     candidates += [(e.name, e.placement, e.seconds_per_batch) for e in rec.single_devices]
     fields = TimingConfig.__dataclass_fields__
     config = TimingConfig(**{k: v for k, v in (profile.metadata.get("timing") or {}).items() if k in fields})
-    for other in neighbours.others():
-        warnings.warn(f"another tbs run is measuring on this machine ({other}); its load skews every timing here",
-                      TbsWarning, stacklevel=2)
-    registration = neighbours.Registration(f"a --verify replay of {profile.directory}")
+    registration = neighbours.register(f"a --verify replay of {profile.directory}",
+                                       lambda message: warnings.warn(message, TbsWarning, stacklevel=3))
     try:
         results = run(candidates, captures, host_inputs, found, host, config)
     finally:

@@ -17,7 +17,7 @@ import pandas as pd
 from tbs.backends import short
 from tbs.errors import ProfileError
 from tbs.profiles.profile import Profile
-from tbs.schema import MERGE_SETTINGS, ProfileStatus
+from tbs.schema import ProfileStatus
 
 SYNTHETIC_PREFIX = "synthetic"  # how input_source starts for generated inputs ("synthetic (seed 0)")
 
@@ -43,12 +43,10 @@ def _check_settings(profiles: list[Profile]) -> None:
     """Numbers taken with different measuring settings do not compare: refuse, naming the setting."""
     first = profiles[0]
     for other in profiles[1:]:
-        same_backend = first.backend == other.backend
-        for setting in MERGE_SETTINGS + (("xla",) if same_backend else ()):  # across backends XLA differs by nature
-            if setting == "mode":
-                mine, theirs = first.mode, other.mode
-            else:
-                mine, theirs = first.metadata.get(setting), other.metadata.get(setting)
+        pairs = [("mode", first.mode, other.mode)]
+        if first.backend == other.backend:  # across backends the compiler differs by nature
+            pairs.append(("xla", first.metadata.get("xla"), other.metadata.get("xla")))
+        for setting, mine, theirs in pairs:
             if mine is not None and theirs is not None and mine != theirs:
                 raise ProfileError(
                     f"'{other.directory}' was measured with {setting} {theirs!r} and '{first.directory}' with "

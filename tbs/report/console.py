@@ -10,9 +10,8 @@ from tbs.profiles.profile import Profile, with_layer_sums
 from tbs.place.recommend import Recommendation, comparison, saving
 from tbs.place.verify import Verification
 from tbs.schema import MEASURED, NOT_MEASURED, Status
-from tbs.units import format_seconds, format_usd, is_number
+from tbs.units import PER_MILLION, format_seconds, format_usd, is_number
 
-PER_MILLION = 1_000_000
 INACTIVE_MARK = "†"  # on the name of a layer that does nothing in the measured mode
 
 

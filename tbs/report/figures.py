@@ -16,11 +16,10 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
+from tbs.report.console import INACTIVE_MARK
 from tbs.schema import USABLE
-from tbs.units import format_seconds, format_usd, is_number
+from tbs.units import PER_MILLION, format_seconds, format_usd, is_number
 
-PER_MILLION = 1_000_000
-INACTIVE_MARK = "†"
 MAX_LEGEND_LAYERS = 20  # past this a legend is a wall of names: hover tells the layer instead
 # Ratio to the best device -> colour: 1.0 is its own green, then pale to dark red (log-like steps).
 RATIO_CAP = 5.0  # beyond 5x the colour saturates; the cell's text still gives the ratio

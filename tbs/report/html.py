@@ -22,9 +22,8 @@ from tbs.report.console import INACTIVE_MARK, comparison_table, inactive_layers,
 from tbs.report.figures import (View, batch_axis, heatmap_figure, layer_stack, missing_cells, scaling_figure, spread_figure,
                                 stacked_figure, whole_model)
 from tbs.schema import MEASURED, NOT_MEASURED, USABLE, ProfileStatus, Status
-from tbs.units import format_seconds, format_usd, is_number
+from tbs.units import PER_MILLION, format_seconds, format_usd, is_number
 
-PER_MILLION = 1_000_000
 STATUS_COLORS = {Status.OK.value: "#2e7d32", Status.NOISY.value: "#b26a00", Status.OOM.value: "#c62828",
                  Status.ERROR.value: "#c62828", Status.CPU_FALLBACK.value: "#6a1b9a",
                  Status.UNSUPPORTED.value: "#546e7a"}
