@@ -82,12 +82,11 @@ def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Seque
             store.lock()
         directory = store.directory
         interrupted = _measure(run, store)
-        if not interrupted:
-            finalize(store)
+        finished = None if interrupted else finalize(store)
     finally:
         if store is not None:
             store.unlock()
-    result = load_profile(directory)
+    result = finished or load_profile(directory)
     if report and not interrupted:
         (directory / "report.html").write_text(render(result, "html", recommendation=placement_for_report(result)),
                                                encoding="utf-8")

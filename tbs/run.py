@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import sys
 from dataclasses import asdict, dataclass
-from importlib import metadata as _metadata
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -30,7 +29,7 @@ from tbs.measure.profiler import Profiler, ProfileRequest
 from tbs.measure.timing import TimingConfig
 from tbs.profiles.store import ProfileStore
 from tbs.progress import Reporter
-from tbs.schema import FORMAT_VERSION, ProfileStatus
+from tbs.schema import ARRAYS_INPUT, FORMAT_VERSION, SYNTHETIC_INPUT, ProfileStatus
 
 
 @dataclass
@@ -152,14 +151,14 @@ class Run:
         if is_path(o.input):
             return str(o.input)
         if self.user_arrays is not None:
-            return f"in-memory arrays (sha256 {_array_digest(self.user_arrays)})"
-        return f"synthetic (seed {o.seed})"
+            return f"{ARRAYS_INPUT} (sha256 {_array_digest(self.user_arrays)})"
+        return f"{SYNTHETIC_INPUT} (seed {o.seed})"
 
     def metadata(self) -> dict[str, Any]:
         o = self.options
         env = backends.environment(self.backend, o.xla)
         return {
-            "tbs_profile_version": FORMAT_VERSION, "tbs_version": _tbs_version(),
+            "tbs_profile_version": FORMAT_VERSION, "tbs_version": env["versions"].get("tbs", "unknown"),
             "model": self.loaded.describe(),
             "inputs": [dict(name=s.name, shape=list(s.shape), dtype=s.dtype) for s in self.specs],
             "input_source": self._input_source(), "seed": o.seed,
@@ -202,10 +201,3 @@ class Run:
         if self.registration is not None:
             self.registration.close()
             self.registration = None
-
-
-def _tbs_version() -> str:
-    try:
-        return _metadata.version("tbs")
-    except _metadata.PackageNotFoundError:
-        return "unknown"

@@ -69,6 +69,10 @@ class CellKey(NamedTuple):
 
 
 MODEL_LAYER = "(model)"  # the layer column of whole-model samples
+# How metadata's input_source starts when the inputs were not a file: "synthetic (seed 0)",
+# "in-memory arrays (sha256 ...)"; otherwise it is the --input file's path.
+SYNTHETIC_INPUT = "synthetic"
+ARRAYS_INPUT = "in-memory arrays"
 
 SUMMARY_COLUMNS = [
     "layer", "layer_type", "category", "device", "device_kind", "batch_size", "mode", "status",

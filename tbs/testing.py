@@ -338,6 +338,5 @@ def fake_profile(directory: str | Path, model: FakeModel, devices: Sequence[Fake
         profiler.run()
     except Interrupted:
         store.finish(ProfileStatus.INTERRUPTED)
-    else:
-        finalize(store)
-    return load_profile(store.directory)
+        return load_profile(store.directory)
+    return finalize(store)

@@ -91,15 +91,25 @@ def test_recommend_verify_on_two_logical_devices(seq_pkl, tmp_path):
     assert missing.returncode == 2 and "not on this machine" in missing.stderr
 
 
+def _measuring(out):
+    """The profile's metadata says running (written once the directory is locked and the run registered)."""
+    try:
+        return json.loads((out / "metadata.json").read_text()).get("status") == "running"
+    except (OSError, ValueError):
+        return False
+
+
 def test_a_second_run_on_a_profile_being_measured_is_refused(seq_pkl, tmp_path):
     """Two runs on one directory would measure the same cells under each other's load: the second stops."""
     out = tmp_path / "p"
-    args = ["profile", seq_pkl, "--out", out, "--batch", "2,4,8,16,32,64", *FAST, "--max-cell-seconds", "5",
-            "--target-ci", "0.001"]  # minutes of measuring unless stopped: it is stopped below
+    # 50 ms samples, an unreachable CI and 5 s per cell: the first group alone takes about 20 s,
+    # and the whole run minutes, unless stopped (it is, below).
+    args = ["profile", seq_pkl, "--out", out, "--batch", "2,4,8,16,32,64", *FAST, "--min-block-ms", "50",
+            "--max-cell-seconds", "5", "--target-ci", "0.001"]
     first = subprocess.Popen(_tbs(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 120
-        while time.time() < deadline and not (out / "summary.csv").exists():
+        while time.time() < deadline and not _measuring(out):
             time.sleep(0.1)
         second = subprocess.run(_tbs(*args, "--resume"), capture_output=True, text=True, timeout=120)
         assert second.returncode == 2, second.stderr
@@ -111,5 +121,5 @@ def test_a_second_run_on_a_profile_being_measured_is_refused(seq_pkl, tmp_path):
         assert f"another tbs run is measuring on this machine (process {first.pid} measuring {out})" in elsewhere.stderr
     finally:
         first.send_signal(signal.SIGINT)
-        first.communicate(timeout=120)
-    assert first.returncode == 130
+        stdout, stderr = first.communicate(timeout=120)
+    assert first.returncode == 130, stdout[-2000:] + stderr[-2000:]

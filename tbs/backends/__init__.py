@@ -82,7 +82,9 @@ def prepare_discovery() -> None:
 
 
 def keras() -> ModuleType:
-    """The keras (3.x) module on the chosen backend, imported quietly."""
+    """The keras (3.x) module on the chosen backend, imported quietly (once)."""
+    if hasattr(sys.modules.get("keras"), "backend"):
+        return sys.modules["keras"]
     quiet_environment()
     if "keras" not in sys.modules and current() == "tensorflow":
         _tensorflow()

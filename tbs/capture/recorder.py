@@ -113,9 +113,9 @@ class _Recorder:
         return "input:?", True
 
     def record(self, op: Any, args: tuple, kwargs: dict, outputs: Any, seconds: float,
-               op_devices: dict[str, set[str]], inactive: bool = False) -> None:
+               op_devices: dict[str, set[str]], inactive: bool = False, flat_in: list[Any] | None = None) -> None:
         name = self.unique_name(op)
-        flat_in = iter_tensors((args, kwargs))
+        flat_in = iter_tensors((args, kwargs)) if flat_in is None else flat_in
         flat_out = iter_tensors(outputs)
         seen: set[tuple[str, int]] = set()
         for x in flat_in:
@@ -174,11 +174,12 @@ class _Recorder:
                     seconds = time.perf_counter() - start
             finally:
                 recorder.leaf_depth -= 1
-            given = {id(x) for x in iter_tensors((args, kwargs))}
+            flat_in = iter_tensors((args, kwargs))
+            given = {id(x) for x in flat_in}
             produced = iter_tensors(outputs)
             inactive = bool(produced) and all(id(x) in given for x in produced)
-            outputs = fresh_if_passed_through(outputs, iter_tensors((args, kwargs)))
-            recorder.record(op, args, kwargs, outputs, seconds, dict(op_devices), inactive)
+            outputs = fresh_if_passed_through(outputs, flat_in)
+            recorder.record(op, args, kwargs, outputs, seconds, dict(op_devices), inactive, flat_in)
             return outputs
 
         return hooked

@@ -34,6 +34,7 @@ from tbs.measure.stats import Summary
 from tbs.measure.timing import Interleaved, Measurement, Timer, TimingConfig
 from tbs.place.recommend import Recommendation
 from tbs.profiles.profile import Profile
+from tbs.schema import ARRAYS_INPUT, SYNTHETIC_INPUT
 
 Source = tuple[str, int]  # (call name or "input", flat index)
 
@@ -178,13 +179,13 @@ def _models_on(profile: Profile, devices: dict[str, Device], custom_objects: dic
 def _batch_of_inputs(profile: Profile, specs: list[Any], batch: int, arrays: Any) -> list[Any]:
     """The profile's inputs at ``batch``: synthetic with its seed, its --input file, or the arrays given."""
     source = str(profile.metadata.get("input_source", ""))
-    if source.startswith("in-memory"):
+    if source.startswith(ARRAYS_INPUT):
         if arrays is None:
             raise TbsError("--verify needs the profile's input data: it was measured on in-memory arrays; "
                            "pass them again (tbs.verify(p, rec, input=arrays))")
         user = check_input_arrays(arrays, specs, "the input arrays")
     else:
-        user = None if source.startswith("synthetic") else load_user_input(Path(source), specs)
+        user = None if source.startswith(SYNTHETIC_INPUT) else load_user_input(Path(source), specs)
     return batch_arrays(specs, batch, int(profile.metadata.get("seed", 0)), user)
 
 

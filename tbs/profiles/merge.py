@@ -17,9 +17,8 @@ import pandas as pd
 from tbs.backends import short
 from tbs.errors import ProfileError
 from tbs.profiles.profile import Profile
-from tbs.schema import ProfileStatus
+from tbs.schema import SYNTHETIC_INPUT, ProfileStatus
 
-SYNTHETIC_PREFIX = "synthetic"  # how input_source starts for generated inputs ("synthetic (seed 0)")
 
 
 def _signature(profile: Profile) -> list[tuple]:
@@ -59,7 +58,7 @@ def _input_kind(profile: Profile) -> str | None:
     source = profile.metadata.get("input_source")
     if not source:
         return None
-    return "synthetic inputs" if str(source).startswith(SYNTHETIC_PREFIX) else "user data"
+    return "synthetic inputs" if str(source).startswith(SYNTHETIC_INPUT) else "user data"
 
 
 def _check_input_source(profiles: list[Profile]) -> None:

@@ -26,8 +26,8 @@ from typing import Any, Iterable
 import pandas as pd
 
 from tbs.errors import ProfileError
-from tbs.profiles.profile import (FILES, in_layer_order, load_profile, no_interrupts, with_layer_sums, write_csv_atomic,
-                                  write_json_atomic)
+from tbs.profiles.profile import (FILES, Profile, in_layer_order, load_profile, no_interrupts, with_layer_sums,
+                                  write_csv_atomic, write_json_atomic)
 from tbs.schema import FAILED, MEASUREMENT_SETTINGS, MODEL_LAYER, CellKey, ProfileStatus
 
 try:
@@ -186,11 +186,18 @@ class ProfileStore:
         self.update_metadata(status=str(status))
 
 
-def finalize(store: ProfileStore) -> None:
-    """Sort summary.csv, add the derived Σ-per-layer columns to model.csv, mark the profile complete."""
+def finalize(store: ProfileStore) -> Profile:
+    """Sort summary.csv, add the derived Σ-per-layer columns to model.csv, mark the profile complete.
+
+    Returns the finished profile, so the caller does not read the directory again.
+    """
     profile = load_profile(store.directory)
     if not profile.summary.empty:
-        write_csv_atomic(in_layer_order(profile.summary, profile.metadata.get("layers", [])), store.paths["summary"])
+        profile.summary = in_layer_order(profile.summary, profile.metadata.get("layers", []))
+        write_csv_atomic(profile.summary, store.paths["summary"])
     if not profile.model.empty:
-        write_csv_atomic(with_layer_sums(profile.summary, profile.model), store.paths["model"])
+        profile.model = with_layer_sums(profile.summary, profile.model)
+        write_csv_atomic(profile.model, store.paths["model"])
     store.finish(ProfileStatus.COMPLETE)
+    profile.metadata = dict(store.metadata)
+    return profile

@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable
 
 import pandas as pd
@@ -31,36 +32,38 @@ STATUS_COLORS = {Status.OK.value: "#2e7d32", Status.NOISY.value: "#b26a00", Stat
 
 @dataclass
 class ReportData:
+    """What every section reads; each derived frame is computed once per render (sections only read it)."""
+
     profile: Profile
     samples_workload: int | None = None
     recommendation: Recommendation | str | None = None  # solved by the caller, or why there is none
 
-    @property
+    @cached_property
     def summary(self) -> pd.DataFrame:
         return with_intervals(self.profile.summary)
 
-    @property
+    @cached_property
     def model(self) -> pd.DataFrame:
         return with_layer_sums(self.profile.summary, self.profile.model)
 
-    @property
+    @cached_property
     def layers(self) -> list[str]:
         return [l["name"] for l in self.profile.metadata.get("layers", [])]
 
-    @property
+    @cached_property
     def devices(self) -> list[str]:
         return sorted(self.profile.summary["device"].dropna().unique()) if len(self.profile.summary) else []
 
-    @property
+    @cached_property
     def batches(self) -> list[int]:
         return sorted({int(b) for b in self.profile.summary["batch_size"].dropna()})
 
-    @property
+    @cached_property
     def priced_devices(self) -> list[str]:
         s = self.profile.summary
         return sorted(s[s["usd_per_hour"].notna()]["device"].unique()) if len(s) else []
 
-    @property
+    @cached_property
     def view(self) -> View:
         return View(self.layers, self.profile.mode, set(inactive_layers(self.profile)), self.devices)
 
@@ -277,25 +280,26 @@ def section_placement(data: ReportData) -> str:
         return head + f'<p class="note">{_esc(rec)}</p>'
     objective = rec.objective
     batch = rec.inputs.batch_size
-    rows = [{"layer": l, "device": rec.chosen.placement[l],
-             "time / sample": format_seconds(rec.inputs.seconds[(l, rec.chosen.placement[l])] / batch)}
-            for l in rec.inputs.layers]
+    rows = rec.placement[["layer", "device"]].assign(
+        **{"time / sample": rec.placement["seconds_per_sample"].map(format_seconds)})
     totals = comparison_table(rec)
     fig = go.Figure()
     if rec.frontier:
-        fig.add_scatter(x=[e.seconds_per_batch / batch for e in rec.frontier],
-                        y=[e.usd_per_batch / batch * PER_MILLION for e in rec.frontier], mode="lines+markers",
-                        name="frontier", hovertemplate="%{x:.3s} s/sample<br>$%{y:.3s} per 1M<extra></extra>")
+        points = [e.per_sample(batch) for e in rec.frontier]
+        fig.add_scatter(x=[p["seconds_per_sample"] for p in points], y=[p["usd_per_1m_samples"] for p in points],
+                        mode="lines+markers", name="frontier",
+                        hovertemplate="%{x:.3s} s/sample<br>$%{y:.3s} per 1M<extra></extra>")
         for e in rec.single_devices:
-            if e.usd_per_batch is not None:
-                fig.add_scatter(x=[e.seconds_per_batch / batch], y=[e.usd_per_batch / batch * PER_MILLION],
+            point = e.per_sample(batch)
+            if point["usd_per_1m_samples"] is not None:
+                fig.add_scatter(x=[point["seconds_per_sample"]], y=[point["usd_per_1m_samples"]],
                                 mode="markers", marker=dict(size=11, symbol="diamond"), name=e.name)
         fig.update_layout(title=f"Cost–latency frontier at batch {batch}",
                           xaxis=dict(title="seconds per sample"), yaxis=dict(title="USD per 1M samples"))
     return (f"{head}<p>Batch {batch}, minimising {objective} ({_esc(rec.billing)} billing), {_esc(rec.method)}; "
             f"transfers between devices included. Predicted from the profile: check it with "
             f"<code>tbs recommend {_esc(data.profile.directory)} --verify</code>.</p>"
-            f"{_table(pd.DataFrame(totals))}{_table(pd.DataFrame(rows))}"
+            f"{_table(pd.DataFrame(totals))}{_table(rows)}"
             + (_figure(fig) if rec.frontier else ""))
 
 
