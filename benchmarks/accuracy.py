@@ -10,6 +10,12 @@ backend (TensorFlow and JAX, each in its own process: Keras picks its backend on
     python benchmarks/accuracy.py                   # both backends; prints a markdown table
     python benchmarks/accuracy.py --out benchmarks/results.md
     python benchmarks/accuracy.py --backend jax     # one backend
+    python benchmarks/accuracy.py --training --out benchmarks/training.md
+
+With --training, each layer's forward, backward and update plus the loss are summed
+against one whole compiled train step (forward, loss, backward, update), and the
+table gives the tool's own overhead: the run's wall time over the time spent inside
+timed samples.
 
 Passing means |Σ tbs − whole| <= max(20% of whole, 50 µs). On JAX, models whose
 string preprocessing needs TensorFlow (lm_imdb) have no whole-model time to compare.
@@ -28,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import build_example, profile_once
+from common import build_example, profile_once, tool_overhead
 
 from tbs import backends
 from tbs.backends import choose, installed
@@ -62,7 +68,7 @@ def _number(value) -> float | None:
     return None if value != value else value
 
 
-def measure(backend: str, models: list[str], batches: list[int]) -> list[dict]:
+def measure(backend: str, models: list[str], batches: list[int], training: bool = False) -> list[dict]:
     """One backend's rows (this process must not have imported Keras yet)."""
     choose(backend)
     from tbs.load.model import load_model
@@ -74,17 +80,19 @@ def measure(backend: str, models: list[str], batches: list[int]) -> list[dict]:
     try:
         for name in models:
             model_path = build_example(name, work_root)
-            profile = profile_once(model_path, batches, work_root / name, backend)
+            profile = profile_once(model_path, batches, work_root / name, backend, training=training)
             model_rows = with_layer_sums(profile.summary, profile.model).set_index("batch_size")
             for batch in batches:
                 r = model_rows.loc[batch]
                 whole, layers_sum = _number(r["median_s"]), _number(r["layers_sum_s"])
                 error = None if whole is None or layers_sum is None else (layers_sum - whole) / whole
                 ok = None if error is None else abs(layers_sum - whole) <= max(0.2 * whole, 50e-6)
-                seed = seed_method_sum(load_model(model_path).model, batch, device) if backend == "tensorflow" else None
+                seed = (seed_method_sum(load_model(model_path).model, batch, device)
+                        if backend == "tensorflow" and not training else None)
                 rows.append(dict(model=name, batch=batch, layers=int(r["layers_measured"]), whole_s=whole,
                                  layers_sum_s=layers_sum, error=error, ok=ok, seed_sum_s=seed,
-                                 whole_status=str(r["status"])))
+                                 whole_status=str(r["status"]), overhead=tool_overhead(profile),
+                                 elapsed_s=profile.metadata.get("elapsed_s")))
                 print(f"[{backend}] {name} @ {batch}: whole {whole} s  Σ tbs {layers_sum} s  error {error}",
                       file=sys.stderr)
     finally:
@@ -96,16 +104,19 @@ def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 1e3:.3f} ms"
 
 
-def table(results: dict[str, list[dict]], versions: dict[str, dict]) -> str:
+def table(results: dict[str, list[dict]], versions: dict[str, dict], training: bool = False) -> str:
     host = host_info()
     tf_v, jax_v = versions.get("tensorflow", {}), versions.get("jax", {})
+    mode = ("training: Σ (forward + backward + update) + loss against one compiled train step; "
+            "`python benchmarks/accuracy.py --training`") if training else "inference; `python benchmarks/accuracy.py`"
+    last = "tool overhead TF / JAX (wall ÷ timed)" if training else "seed method Σ / TF whole"
     lines = [
         f"Measured {dt.date.today().isoformat()} on {host['cpu_model']} ({host['cpu_count']} cores), "
         f"TensorFlow {tf_v.get('tensorflow', '-')}, JAX {jax_v.get('jax', '-')}, "
-        f"Keras {tf_v.get('keras') or jax_v.get('keras')}; CPU, inference; `python benchmarks/accuracy.py`.",
+        f"Keras {tf_v.get('keras') or jax_v.get('keras')}; CPU, {mode}.",
         "",
         "| model | batch | layers | TF whole (compiled) | TF Σ per-layer | TF error | JAX whole (jit) "
-        "| JAX Σ per-layer | JAX error | within max(20%, 50 µs) TF / JAX | seed method Σ / TF whole |",
+        f"| JAX Σ per-layer | JAX error | within max(20%, 50 µs) TF / JAX | {last} |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|",
     ]
     by_key = {b: {(r["model"], r["batch"]): r for r in rows} for b, rows in results.items()}
@@ -124,6 +135,8 @@ def table(results: dict[str, list[dict]], versions: dict[str, dict]) -> str:
         verdict = " / ".join("-" if not r else ("n/a" if r["ok"] is None else ("yes" if r["ok"] else "NO"))
                              for r in (tf, jx))
         seed = f"{tf['seed_sum_s'] / tf['whole_s']:.1f}x" if tf.get("seed_sum_s") and tf.get("whole_s") else "-"
+        if training:  # the tool's overhead of the model's whole profile (every batch), once per model
+            seed = " / ".join("-" if not r.get("overhead") else f"{r['overhead']:.1f}x" for r in (tf, jx))
         lines.append("| " + " | ".join([key[0], str(key[1]), str(layers), *cells(tf, layers), *cells(jx, layers), verdict, seed]) + " |")
     return "\n".join(lines)
 
@@ -135,10 +148,11 @@ def main() -> int:
     parser.add_argument("--backend", choices=[*BACKENDS, "both"], default="both")
     parser.add_argument("--json", type=Path, default=None, help=argparse.SUPPRESS)  # one backend, for the driver
     parser.add_argument("--out", type=Path, default=None, help="also write the table (markdown) here")
+    parser.add_argument("--training", action="store_true", help="profile training: phases + loss vs the train step")
     args = parser.parse_args()
     models, batches = args.models.split(","), [int(b) for b in args.batch.split(",")]
     if args.json:
-        rows = measure(args.backend, models, batches)
+        rows = measure(args.backend, models, batches, args.training)
         args.json.write_text(json.dumps({"rows": rows, "versions": backends.environment(args.backend, False)["versions"]}))
         return 0
     results, versions = {}, {}
@@ -149,10 +163,11 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "rows.json"
             subprocess.run([sys.executable, __file__, "--backend", backend, "--json", str(out),
-                            "--models", args.models, "--batch", args.batch], check=True)
+                            "--models", args.models, "--batch", args.batch] + (["--training"] if args.training else []),
+                           check=True)
             found = json.loads(out.read_text())
         results[backend], versions[backend] = found["rows"], found["versions"]
-    text = table(results, versions)
+    text = table(results, versions, args.training)
     print(text)
     if args.out:
         args.out.write_text(text + "\n")

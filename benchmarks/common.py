@@ -21,7 +21,14 @@ def build_example(name: str, directory: Path) -> Path:
 
 
 def profile_once(model_path: Path, batches: list[int], directory: Path, backend: str = "tensorflow",
-                 timing: tbs.TimingConfig | None = None) -> tbs.Profile:
-    """One inference profile on the first CPU with the default statistics, written to directory."""
+                 timing: tbs.TimingConfig | None = None, training: bool = False) -> tbs.Profile:
+    """One profile (inference, or training) on the first CPU with the default statistics, written to directory."""
     return tbs.profile(model_path, batches, devices=["cpu:0"], backend=backend, out=directory,
-                       timing=timing, progress=None, report=False)
+                       timing=timing, progress=None, report=False, training=training)
+
+
+def tool_overhead(profile: tbs.Profile) -> float | None:
+    """Wall time of the run over the time spent inside timed samples (1.0 would be no overhead at all)."""
+    sampled_s = float(profile.samples["raw_seconds"].sum()) if not profile.samples.empty else 0.0
+    elapsed_s = profile.metadata.get("elapsed_s")
+    return None if not sampled_s or not elapsed_s else float(elapsed_s) / sampled_s

@@ -51,13 +51,17 @@ def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Seque
             prices: str | Mapping[str, float] | None = None, *, training: bool = False, backend: str | None = None,
             input: Any = None, custom_objects: Any = None, out: PathLike | None = None, resume: bool = False,
             timing: TimingConfig | None = None, xla: bool = False, seed: int = 0, safe_mode: bool = True,
-            progress: Any = "auto", report: bool = True) -> Profile:
+            progress: Any = "auto", report: bool = True, loss: str | None = None, optimizer: str | None = None,
+            samples: int | None = None) -> Profile:
     """Time every layer of ``model`` on each device and batch size; returns the Profile.
 
     ``model`` is a .pkl/.pickle/.keras path or an in-memory ``keras.Model`` (copied once
     per device, in memory). ``input`` is a .npy/.npz/.pkl path or arrays (one array, a
     list, or a dict by input name). ``custom_objects`` is .py paths or a dict of classes.
     ``out=None`` measures into a temporary directory (``Profile.save`` keeps it).
+    ``training=True`` times each layer's forward, backward and optimizer update, the loss,
+    and the whole compiled train step; ``loss``/``optimizer`` name Keras ones (default: the
+    model's compiled ones, else a stand-in), ``samples`` is the dataset size (cost per epoch).
     Ctrl-C stops after the current sample and returns what was measured, marked
     ``interrupted`` (``resume=True`` finishes it); a second Ctrl-C stops at once.
     """
@@ -70,7 +74,7 @@ def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Seque
         prices=checks.prices(prices), training=checks.flag("training", training), backend=backend, input=input,
         custom_objects=checks.custom_objects(custom_objects), out=Path(out) if out is not None else None,
         resume=resume, timing=checks.timing(timing), xla=checks.flag("xla", xla), seed=checks.whole("seed", seed),
-        safe_mode=checks.flag("safe_mode", safe_mode))
+        safe_mode=checks.flag("safe_mode", safe_mode), **checks.training_options(training, loss, optimizer, samples))
     run = Run(options, reporter(progress), warn=_warn)
     store = ProfileStore(options.out) if options.out is not None else None
     if store is not None:

@@ -115,3 +115,15 @@ def caller_stacklevel() -> int:
     while frame is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(package):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def training_options(training: bool, loss: Any, optimizer: Any, samples: Any) -> dict[str, Any]:
+    """loss/optimizer are Keras names and mean something only in training; samples is a dataset size."""
+    for name, value in (("loss", loss), ("optimizer", optimizer)):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise TbsError(f"{name}={value!r}: give a Keras {name} name such as "
+                           f"{'mse' if name == 'loss' else 'adam'}")
+        if value is not None and not training:
+            raise TbsError(f"--{name} sets what training uses: add --training (training=True), or leave it out")
+    return {"loss": loss, "optimizer": optimizer,
+            "samples": None if samples is None else whole("samples", samples, 1, " (--samples: the dataset's size)")}

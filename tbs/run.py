@@ -21,7 +21,9 @@ from tbs.backends.host import host_info, now_iso
 from tbs.checks import is_path
 from tbs.cost.reprice import row_pricer
 from tbs.errors import InputDataError, TbsError
-from tbs.load.inputs import InputSpec, check_input_arrays, input_specs, load_user_input
+from tbs.load.inputs import (InputSpec, batch_arrays, check_input_arrays, input_specs, load_user_input,
+                             structure_inputs)
+from tbs.load.training import fit_to_outputs, resolve as resolve_training
 from tbs.load.model import (LoadedModel, ModelSource, check_model_file, import_custom_objects, load_model,
                             load_model_object)
 from tbs.measure import neighbours
@@ -48,6 +50,9 @@ class RunOptions:
     xla: bool
     seed: int
     safe_mode: bool
+    loss: str | None = None  # training: a Keras loss name (default: the model's compiled loss, else a stand-in)
+    optimizer: str | None = None  # training: a Keras optimizer name (default: the model's, else Adam)
+    samples: int | None = None  # the dataset's size: the report's cost per epoch
 
 
 def custom_object_dict(custom_objects: Any) -> dict[str, Any]:
@@ -118,6 +123,13 @@ class Run:
         self.reporter.status("")
         self.specs, self.user_arrays = self._inputs()
         self.model_name = self.loaded.name
+        self.training = resolve_training(self.loaded.model, o.loss, o.optimizer) if o.training else None
+        if self.training is not None and not self.training.losses:
+            # A subclassed model declares no outputs: one small call shows them, so the loss
+            # recorded in the metadata (and checked on --resume) is the one measured.
+            sample = structure_inputs(self.loaded.model, batch_arrays(self.specs, 2, o.seed, self.user_arrays),
+                                      self.specs)
+            fit_to_outputs(self.training, self.loaded.model(sample, training=False))
 
     def load_on(self, device: Device) -> LoadedModel:
         o = self.options
@@ -167,6 +179,9 @@ class Run:
             "prices_usd_per_hour": o.prices, "host": host_info(), "versions": env["versions"],
             "settings": env["settings"], "timing": asdict(o.timing), "xla": env["xla"],
             "command": list(sys.argv), "started": now_iso(), "backend": self.backend,
+            **({"samples": o.samples} if o.samples is not None else {}),
+            **({"training": dict(self.training.as_dict(o.seed), backward_method=self.devices[0].backward_method)}
+               if self.training is not None else {}),
         }
 
     def start(self, store: ProfileStore) -> None:
@@ -193,7 +208,7 @@ class Run:
             training=o.training, specs=self.specs, user_arrays=self.user_arrays, config=o.timing, jit=o.xla,
             host=str(store.metadata.get("host", {}).get("hostname", "")), seed=o.seed,
             host_device=next((d for d in self.discovery.devices if d.kind == "cpu"), None),
-            price_row=row_pricer(o.prices),
+            price_row=row_pricer(o.prices), training_setup=self.training,
         )
         Profiler(request, store, self.reporter, should_stop=should_stop).run()
 

@@ -8,6 +8,11 @@ Format history (``FORMAT_VERSION``, written to ``metadata.json`` as ``tbs_profil
 - 2: tbs 0.2 — same files and columns; the version is checked on load, ``tbs_version``
   records which tbs wrote the profile, and ``inactive`` marks layers that do nothing
   in the measured mode. Version 1 profiles read unchanged.
+- 3: tbs 0.3 — training profiles: summary.csv gains ``phases``, ``forward_s``, ``backward_s``,
+  ``update_s`` (``median_s`` is their sum), ``weight_bytes``, ``slot_bytes``, ``residual_bytes``
+  and ``grad_inputs``; the loss is a row of its own (``LOSS_LAYER``); samples.csv gains
+  ``phase``; graph edges say whether a gradient flows back along them (``grad``). Inference
+  profiles are unchanged apart from ``phase`` = forward; versions 1 and 2 read unchanged.
 """
 
 from __future__ import annotations
@@ -15,8 +20,8 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, NamedTuple, TypedDict
 
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 # The Keras backend a profile was measured on when its metadata does not say (profiles before
 # the backend was recorded); ``tbs.backends.DEFAULT`` is this same name.
 DEFAULT_BACKEND = "tensorflow"
@@ -69,6 +74,26 @@ class CellKey(NamedTuple):
 
 
 MODEL_LAYER = "(model)"  # the layer column of whole-model samples
+LOSS_LAYER = "(loss)"  # the layer column of a training profile's loss row (category "loss")
+
+
+class Phase(str, Enum):
+    """Which program a sample timed (samples.csv's ``phase``)."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"  # a backward alone (JAX: the VJP of saved residuals)
+    FORWARD_BACKWARD = "forward+backward"  # TensorFlow: a gradient needs its tape; backward = this - forward
+    UPDATE = "update"  # the optimizer's update of one layer's variables
+    STEP = "step"  # one whole compiled train step (forward, loss, backward, update)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# A training row's phases: seconds per call at its batch size; 0.0 where the layer has no such
+# phase (nothing to differentiate or update), blank where the phase failed.
+PHASE_COLUMNS = ["forward_s", "backward_s", "update_s"]
+TRAINING_MEMORY_COLUMNS = ["weight_bytes", "slot_bytes", "residual_bytes"]
 # How metadata's input_source starts when the inputs were not a file: "synthetic (seed 0)",
 # "in-memory arrays (sha256 ...)"; otherwise it is the --input file's path.
 SYNTHETIC_INPUT = "synthetic"
@@ -78,6 +103,7 @@ SUMMARY_COLUMNS = [
     "layer", "layer_type", "category", "device", "device_kind", "batch_size", "mode", "status",
     "reason", "n", "iterations", "median_s", "p25_s", "p75_s", "ci_low_s", "ci_high_s",
     "per_sample_s", "usd_per_hour", "cost_per_sample_usd", "first_call_s", "host",
+    "phases", *PHASE_COLUMNS, *TRAINING_MEMORY_COLUMNS, "grad_inputs",
 ]
 MODEL_COLUMNS = [
     "device", "device_kind", "batch_size", "mode", "status", "reason", "n", "iterations",
@@ -88,12 +114,12 @@ MODEL_COLUMNS = [
 TRANSFER_COLUMNS = ["src", "dst", "bytes", "sample", "seconds"]
 SAMPLE_COLUMNS = [
     "target", "layer", "device", "batch_size", "mode", "sample", "iterations", "raw_seconds",
-    "harness_call_s", "harness_iteration_s", "seconds_per_call", "host",
+    "harness_call_s", "harness_iteration_s", "seconds_per_call", "host", "phase",
 ]
 
 # Settings that change what a number means: a resumed profile must match them. (Merging
 # profiles from several machines checks the mode and, on one backend, XLA: profiles/merge.py.)
-MEASUREMENT_SETTINGS = ("mode", "xla", "input_source", "prices_usd_per_hour", "timing", "backend")
+MEASUREMENT_SETTINGS = ("mode", "xla", "input_source", "prices_usd_per_hour", "timing", "backend", "training")
 
 
 class LayerInfo(TypedDict, total=False):
@@ -107,6 +133,8 @@ class LayerInfo(TypedDict, total=False):
     output_bytes: int
     batch_size: int
     inactive: bool  # does nothing in the measured mode (Dropout, random augmentation in inference)
+    trainable: bool  # has trainable variables (training profiles)
+    grad_inputs: list[bool]  # per flat input: does training need its gradient (training profiles)
 
 
 class ProfileMetadata(TypedDict, total=False):
@@ -119,6 +147,8 @@ class ProfileMetadata(TypedDict, total=False):
     input_source: str
     seed: int
     mode: str  # "inference" | "training"
+    training: dict[str, Any]  # loss, optimizer (name, config, source), backward_method, targets
+    samples: int  # the dataset's size (--samples): the report's cost per epoch
     batch_sizes: list[int]
     devices: list[dict[str, Any]]
     devices_missing: dict[str, str]

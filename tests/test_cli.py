@@ -51,12 +51,12 @@ def test_profile_writes_every_cell_and_prints_tables(seq_pkl, tmp_path):
 
 def test_functional_keras_file_every_leaf_layer_profiled(branchy_keras, tmp_path):
     out = tmp_path / "p"
-    result = profile(branchy_keras, out, "--batch", "2", "--training")
+    result = profile(branchy_keras, out, "--batch", "2")  # training mode: tests/test_training.py
     assert result.exit_code == 0, result.stderr
     summary = pd.read_csv(out / "summary.csv")
     assert set(summary["layer"]) == {"augment/random_flip", "augment/rescaling", "left", "right", "merge",
                                      "pool", "join", "head_a", "head_b"}
-    assert set(summary["mode"]) == {"training"}
+    assert set(summary["mode"]) == {"inference"}
 
 
 def test_subclassed_model_needs_its_classes(subclassed_pkl, custom_source, tmp_path):

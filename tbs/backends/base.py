@@ -20,10 +20,48 @@ from tbs.errors import DeviceError, TbsError
 _TOKEN = re.compile(r"^(cpu|gpu|tpu)(:\d+)?$")
 
 
+Runner = Callable[[int], None]  # runner(n): n calls on the device, waited for
+
+
+@dataclass
+class TrainingPrograms:
+    """One call's training phases compiled for a device, and the memory it holds for training.
+
+    Every runner is timed with the same blocked, amortised harness as a forward pass.
+    """
+
+    forward: Runner  # the call with training=True; its state (BatchNorm statistics, dropout seeds) carried
+    # Gradients w.r.t. the trainable variables and the inputs real training needs; None when
+    # there is nothing to differentiate (no trainable variable at or before the call).
+    backward: Runner | None
+    # True where ``backward`` re-runs the forward pass too (TensorFlow: a gradient needs its
+    # tape), so the backward's time is this runner's minus ``forward``'s.
+    backward_includes_forward: bool
+    update: Runner | None  # the optimizer's update of the call's trainable variables (slots included)
+    weight_bytes: int  # every variable of the call
+    slot_bytes: int  # the optimizer's variables for the call's trainable variables
+    residual_bytes: int | None  # activations kept alive for the backward; None where the program does not say
+
+
+Source = tuple[str, int]  # where a tensor comes from: ("input", i) or (call name, output index)
+
+
+@dataclass
+class PlacedStep:
+    """One layer call of a split train step: the call (on its device's model copy), where it runs, what feeds it."""
+
+    name: str
+    call: Any  # a recorded LayerCall of the model copy on ``device``
+    device: "Device"
+    sources: list[Source | None]  # per flat tensor argument; None: a constant of the call
+    grad_inputs: list[bool]  # per flat tensor argument: does the backward compute its gradient
+
+
 class Device(ABC):
     """One place a layer can run."""
 
     backend: str = ""  # set by each backend's Device
+    backward_method: str = ""  # how a training profile's backward phase is timed on this backend
 
     def __init__(self, kind: str, index: int, description: str = "", memory_bytes: int | None = None) -> None:
         self.kind = kind  # "cpu" | "gpu" | "tpu"
@@ -68,6 +106,36 @@ class Device(ABC):
     def harness(self, jit: bool) -> Callable[[int], None]:
         """An empty compiled loop on this device: what the timing harness itself costs."""
         return self.compile_blocked(lambda x: x, [self.place(np.ones((), np.float32))], jit)
+
+    def training_programs(self, call: Callable[..., Any], tensors: list[Any], variables: Sequence[Any],
+                          grad_inputs: Sequence[bool], make_optimizer: Callable[[], Any] | None,
+                          jit: bool, seed: int = 0) -> TrainingPrograms:
+        """Compile ``call(*tensors)``'s forward, backward and update programs (training profiles).
+
+        ``variables`` are every Keras variable the call reads; its trainable ones are
+        differentiated and updated. ``grad_inputs[i]`` says whether the gradient w.r.t.
+        ``tensors[i]`` is needed. Cotangents are random normal values (from ``seed``) shaped
+        like each floating output; ``make_optimizer()`` gives a fresh, unbuilt optimizer.
+        """
+        raise NotImplementedError(f"{self.backend or type(self).__name__} cannot time training phases")
+
+    def train_step(self, model: Any, tensors: list[Any], rebuild: Callable[[list[Any]], Any],
+                   targets: list[Any], loss: Callable[[list[Any], Any], Any],
+                   make_optimizer: Callable[[], Any], jit: bool) -> Runner:
+        """A runner of whole compiled train steps: forward (training=True), ``loss(targets, outputs)``,
+        gradients of every trainable variable, and the optimizer's update; state carried between steps."""
+        raise NotImplementedError(f"{self.backend or type(self).__name__} cannot time a train step")
+
+    def split_train_runner(self, steps: list[PlacedStep], outputs: list[Source], inputs: list[Any],
+                           targets: list[Any], loss: Callable[[list[Any], Any], Any], loss_device: "Device",
+                           make_optimizer: Callable[[], Any]) -> Runner:
+        """``runner(n)``: n train steps of a placement, run for real, one after another.
+
+        Each call's forward, backward and update run on its step's device (its weights
+        live there); activations move forward and gradients move back between devices;
+        the loss runs on ``loss_device``. Called on the host device, which feeds the inputs.
+        """
+        raise NotImplementedError(f"{self.backend or type(self).__name__} cannot replay a split train step")
 
     def capture_context(self) -> AbstractContextManager:
         """Context for the eager capture pass on this device (a backend may relax Keras's input checks)."""

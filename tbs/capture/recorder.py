@@ -59,6 +59,9 @@ class LayerCall:
     # Every output is one of its inputs: the layer does nothing in this mode (Dropout or
     # random augmentation in inference), so its time is the harness's, not work.
     inactive: bool = False
+    # Who produced each flat input ("input:<name>" or a call's name): training needs it to
+    # know which inputs' gradients a real backward computes.
+    sources: list[str] = field(default_factory=list)
 
     def invoke(self, *args: Any, **kwargs: Any) -> Any:
         """Call the operation again (through Keras, so dtype policies still apply)."""
@@ -118,8 +121,10 @@ class _Recorder:
         flat_in = iter_tensors((args, kwargs)) if flat_in is None else flat_in
         flat_out = iter_tensors(outputs)
         seen: set[tuple[str, int]] = set()
+        sources = []
         for x in flat_in:
             src, inferred = self.producer_of(x)
+            sources.append(src)
             if (src, id(x)) in seen:
                 continue
             seen.add((src, id(x)))
@@ -145,6 +150,7 @@ class _Recorder:
                 eager_seconds=seconds,
                 op_devices=op_devices,
                 inactive=inactive,
+                sources=sources,
             )
         )
 

@@ -45,7 +45,13 @@ def cli() -> None:
               help="Devices to use: kinds (cpu,gpu,tpu) or names (gpu:1). Default: every device found.")
 @click.option("--cost", "prices", type=PRICES, default=None,
               help="USD per hour per device kind or name, e.g. cpu=0.5,gpu=3.")
-@click.option("--training", is_flag=True, help="Time the forward pass as in training (augmentation, dropout active).")
+@click.option("--training", is_flag=True,
+              help="Time training: each layer's forward, backward and optimizer update, the loss, and the whole train step.")
+@click.option("--loss", default=None, help="With --training: a Keras loss name (default: the model's compiled loss, "
+                                           "else sparse categorical cross-entropy for class scores, MSE otherwise).")
+@click.option("--optimizer", default=None, help="With --training: a Keras optimizer name (default: the model's, else adam).")
+@click.option("--samples", type=click.IntRange(min=1), default=None,
+              help="Dataset size: the report adds the cost per epoch (with --training) or per N samples.")
 @click.option("--input", "input_path", type=click.Path(path_type=Path), default=None,
               help="Your data (.npy, .npz or pickle) instead of synthetic inputs; repeated or sliced to each batch.")
 @click.option("--custom-objects", "custom_files", type=click.Path(path_type=Path), multiple=True,
@@ -81,7 +87,8 @@ def profile(model_path: Path, out_dir: Path | None, min_samples: int, target_ci:
             training=options["training"], backend=options["backend"], input=options["input_path"],
             custom_objects=list(options["custom_files"]) or None, out=directory, resume=options["resume"],
             timing=timing, xla=options["xla"], seed=options["seed"], safe_mode=not no_safe_mode,
-            progress=TerminalProgress())
+            progress=TerminalProgress(), loss=options["loss"], optimizer=options["optimizer"],
+            samples=options["samples"])
     except KeyboardInterrupt:
         _interrupted(directory)
     if not result.complete:

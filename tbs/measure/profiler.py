@@ -23,14 +23,14 @@ from tbs.measure.eta import WorkEstimate
 from tbs.backends.base import Device
 from tbs.load.inputs import InputSpec, batch_arrays, structure_inputs
 from tbs.load.model import LoadedModel
-from tbs.schema import MODEL_LAYER, CellKey, Status
+from tbs.load.training import TrainingSetup, fit_to_outputs
+from tbs.measure.rows import Cell
+from tbs.measure.training import TrainingCells, gradient_plan, structure as training_structure
+from tbs.schema import LOSS_LAYER, MODEL_LAYER, CellKey, Phase, Status
 from tbs.backends.tensors import iter_tensors, replace_tensors, tensor_bytes
 from tbs.measure.timing import Interleaved, Interrupted, Measurement, Runner, Timer, TimingConfig
 
-SINGLE_CALLS = 5
-
-# A cell waiting to be measured: its progress label, its base row, and how a Measurement becomes its row.
-Pending = tuple[str, dict[str, Any], Callable[[Measurement], dict[str, Any]]]
+FORWARD = Phase.FORWARD.value
 
 
 class Progress:
@@ -79,6 +79,7 @@ class ProfileRequest:
     seed: int = 0
     models: dict[str, Any] = field(default_factory=dict)
     host_device: Device | None = None  # the host CPU when no CPU is profiled (inputs start there)
+    training_setup: TrainingSetup | None = None  # the loss and optimizer a training profile times
     # Adds a row's price and cost per sample (the cost stage's; measuring never turns seconds into dollars).
     price_row: Callable[[dict[str, Any]], dict[str, Any]] = _unpriced
     # How the eager pass is recorded and a call's tensors are found and put back: Keras's by
@@ -112,22 +113,24 @@ class Profiler:
         self.should_stop = should_stop
         self.timer = Timer(request.config, should_stop, clock)
         self.harnesses: dict[str, Runner] = {}
-        self.eta = WorkEstimate(request.config, SINGLE_CALLS, clock)
+        self.eta = WorkEstimate(request.config, rows.SINGLE_CALLS, clock)
+        self.restorers: list[Callable[[], None]] = []
         self.activation_bytes_per_sample = 0.0
 
     # ----- estimates for an honest ETA -------------------------------------------------
     def _seed_estimates(self, first: Capture, first_batch: int) -> None:
         r = self.request
+        phases = 3 if r.training else 1  # a training cell times forward, backward and update
         for batch in r.batch_sizes:
             scale = batch / first_batch
             for device in r.devices:
                 for call in first.calls:
                     key = CellKey.of("layer", call.name, device.name, batch, r.mode)
                     if not self.store.is_done(key):
-                        self.eta.guess(key, call.eager_seconds * scale)
+                        self.eta.guess(key, call.eager_seconds * scale * phases)
                 key = CellKey.of("model", MODEL_LAYER, device.name, batch, r.mode)
                 if not self.store.is_done(key):
-                    self.eta.guess(key, sum(c.eager_seconds for c in first.calls) * scale)
+                    self.eta.guess(key, sum(c.eager_seconds for c in first.calls) * scale * phases)
 
     def _save(self, key: tuple, row: dict[str, Any], samples: list[dict[str, Any]], label: str) -> None:
         """Write a finished cell to disk, then update the estimate of what is left."""
@@ -200,7 +203,18 @@ class Profiler:
         graph = meta.setdefault("graph", {})
         if str(batch) not in graph:
             graph[str(batch)] = [vars(e) for e in captured.edges]
+            if self.request.training:
+                graph[str(batch)] = self._training_structure(captured)
         self.store.update_metadata()
+
+    def _training_structure(self, captured: Capture) -> list[dict[str, Any]]:
+        """Add what training needs to the layer list (trainable, input gradients, the loss's entry); edges with ``grad``."""
+        layers, edges = training_structure(captured, gradient_plan(captured.calls), self.request.training_setup)
+        meta = self.store.metadata
+        for entry in meta["layers"]:
+            entry.update(layers.pop(entry["name"], {}))
+        meta["layers"].extend(layers.values())  # the loss, once
+        return edges
 
     def _failed_cells(self, device: Device, batch: int, exc: BaseException) -> None:
         """The forward pass itself failed: every cell of this (batch, device) gets the reason."""
@@ -252,6 +266,8 @@ class Profiler:
                     f"the model's forward pass fails on {'your --input data' if r.user_arrays is not None else 'synthetic inputs'} "
                     f"at batch {batches[0]} ({rows.reason(exc)}); check the model, or pass --input with real data"
                 ) from None
+        if first is not None and r.training_setup is not None:
+            fit_to_outputs(r.training_setup, first[0].outputs)  # a loss that does not fit: one line, before any timing
         if first is not None:
             self._record_structure(first[0], batches[0])
             self._seed_estimates(first[0], batches[0])
@@ -293,70 +309,124 @@ class Profiler:
         self._record_structure(cap, batch)
         self._measure_group(device, batch, cap, inputs, copy_seconds, input_bytes, model_key)
 
-    def _pending_cells(self, device: Device, batch: int, cap: Capture, copy_seconds: float, input_bytes: int,
-                       model_key: tuple) -> dict[tuple, Pending]:
-        """The unmeasured cells of (batch, device): key -> (label, base row, row builder from a Measurement)."""
+    def _pending_cells(self, device: Device, batch: int, cap: Capture, inputs: Any, copy_seconds: float,
+                       input_bytes: int, model_key: tuple) -> dict[tuple, Cell]:
+        """The unmeasured cells of (batch, device), each with its programs and its row builder."""
         r = self.request
         confidence = r.config.confidence
-        pending: dict[tuple, Pending] = {}
+        trainer = self._training_cells(device, cap, inputs) if r.training else None
+        pending: dict[tuple, Cell] = {}
         for call in cap.calls:
             key = CellKey.of("layer", call.name, device.name, batch, r.mode)
-            if not self.store.is_done(key):
-                base = dict(self._base_row(device, batch), layer=call.name, layer_type=call.layer_type,
-                            category=call.category)
-                pending[key] = (f"{call.name} on {device.name} @ batch {batch}", base,
-                                lambda m, call=call, base=base: rows.layer_row(call, device, base, m, confidence))
+            if self.store.is_done(key):
+                continue
+            base = dict(self._base_row(device, batch), layer=call.name, layer_type=call.layer_type,
+                        category=call.category)
+            label = f"{call.name} on {device.name} @ batch {batch}"
+            if trainer is not None:
+                pending[key] = trainer.layer(call, label, base)
+            else:
+                pending[key] = Cell(label, base, (call.args, call.kwargs, call.outputs),
+                                    lambda call=call: {FORWARD: self._layer_runner(call, device)},
+                                    lambda m, call=call, base=base: rows.layer_row(call, device, base, m[FORWARD],
+                                                                                   confidence))
+        loss_key = CellKey.of("layer", LOSS_LAYER, device.name, batch, r.mode)
+        if trainer is not None and not self.store.is_done(loss_key):
+            base = dict(self._base_row(device, batch), layer=LOSS_LAYER, layer_type=r.training_setup.loss_name,
+                        category="loss")
+            pending[loss_key] = trainer.loss(f"the loss on {device.name} @ batch {batch}", base)
         if not self.store.is_done(model_key):
             base = self._base_row(device, batch)
-            pending[model_key] = (f"whole model on {device.name} @ batch {batch}", base,
-                                  lambda m, base=base: rows.model_row(base, m, copy_seconds, input_bytes, confidence))
+            label = f"whole {'train step' if r.training else 'model'} on {device.name} @ batch {batch}"
+            if trainer is not None:
+                pending[model_key] = trainer.step(label, base, copy_seconds, input_bytes)
+            else:
+                model = r.model_on(device)
+                pending[model_key] = Cell(label, base, (inputs, cap.outputs),
+                                          lambda: {FORWARD: self._model_runner(model, inputs, device)},
+                                          lambda m: rows.model_row(base, m[FORWARD], copy_seconds, input_bytes,
+                                                                   confidence),
+                                          target="model", single_calls=rows.SINGLE_CALLS)
         return pending
 
-    def _compile_cells(self, sampler: Interleaved, pending: dict[tuple, Pending], device: Device, cap: Capture,
-                       inputs: Any, model_key: tuple) -> None:
-        """Compile and warm up each pending cell; one that cannot run is recorded now and dropped."""
+    def _training_cells(self, device: Device, cap: Capture, inputs: Any) -> TrainingCells:
         r = self.request
-        model = r.model_on(device)
-        calls = {c.name: c for c in cap.calls}
-        for key, (label, base, _) in list(pending.items()):
+        return TrainingCells(device, r.training_setup, cap, inputs, r.model_on(device), r.jit, r.seed,
+                             r.config.confidence, r.tensors_fn, r.rebuild_fn)
+
+    def _compile_cells(self, sampler: Interleaved, pending: dict[tuple, Cell], device: Device) -> dict[tuple, int]:
+        """Compile and warm up each pending cell's programs; one that cannot run is recorded now and dropped.
+
+        Returns how many programs (phases) each remaining cell has.
+        """
+        phases: dict[tuple, int] = {}
+        for key, cell in list(pending.items()):
             if self.should_stop():
                 raise Interrupted()
-            call = calls.get(key[1]) if key != model_key else None
-            data = (inputs, cap.outputs) if call is None else (call.args, call.kwargs, call.outputs)
-            unsupported = device.unsupported_reason(r.tensors_fn(data))
+            unsupported = device.unsupported_reason(self.request.tensors_fn(cell.data))
             if unsupported:  # recorded, not dropped: the report says why this cell has no time
-                self._save(key, dict(base, status=Status.UNSUPPORTED.value, reason=unsupported), [], label)
+                self._save(key, dict(cell.base, status=Status.UNSUPPORTED.value, reason=unsupported), [], cell.label)
                 del pending[key]
                 continue
-            self.progress.describe(f"warming up {label}")
+            self.progress.describe(f"warming up {cell.label}")
             try:
-                if call is None:
-                    sampler.add(key, self._model_runner(model, inputs, device), single_calls=SINGLE_CALLS)
-                else:
-                    sampler.add(key, self._layer_runner(call, device))
+                programs = cell.programs()
+                for phase, runner in programs.items():
+                    sampler.add((key, phase), runner, single_calls=cell.single_calls)
+                    self.restorers.extend([runner.restore] if hasattr(runner, "restore") else [])
             except Interrupted:
                 raise
             except Exception as exc:  # a failing layer is recorded and the run goes on
-                self._save(key, rows.failed_row(base, exc), [], label)
+                self._save(key, rows.failed_row(cell.base, exc), [], cell.label)
                 del pending[key]
+                continue
+            phases[key] = len(programs)
+        return phases
 
     def _measure_group(self, device: Device, batch: int, cap: Capture, inputs: Any, copy_seconds: float,
                        input_bytes: int, model_key: tuple) -> None:
         """Compile every unmeasured cell of (batch, device), then sample them all in rounds."""
         sampler = Interleaved(self.timer, self._harness(device))
-        pending = self._pending_cells(device, batch, cap, copy_seconds, input_bytes, model_key)
+        pending = self._pending_cells(device, batch, cap, inputs, copy_seconds, input_bytes, model_key)
         self.eta.begin_group(pending)
-        self._compile_cells(sampler, pending, device, cap, inputs, model_key)
+        try:
+            phases = self._compile_cells(sampler, pending, device)
+            self._sample(sampler, pending, phases, device, batch)
+        finally:
+            for restore in self.restorers:  # a timed train step changed the model's weights: put them back
+                restore()
+            self.restorers.clear()
+        self.eta.end_group()
+        overhead = sampler.overhead
+        self.store.metadata.setdefault("harness_overhead", {})[f"{device.name}@{batch}"] = {
+            "per_call_s": overhead.per_call_seconds, "per_iteration_s": overhead.per_iteration_seconds}
+        self.store.update_metadata()
+
+    def _sample(self, sampler: Interleaved, pending: dict[tuple, Cell], phases: dict[tuple, int],
+                device: Device, batch: int) -> None:
+        """Sample every program in rounds; a cell is saved once all its phases are measured."""
+        parts: dict[tuple, dict[str, Measurement]] = {key: {} for key in pending}
         total = len(pending)
 
-        def done(key: tuple, m: Measurement) -> None:
-            label, base, build = pending[key]
-            target = "model" if key == model_key else "layer"
-            self._save(key, build(m), rows.sample_rows(target, key[1], m, base), label)
+        def done(sub: tuple, m: Measurement) -> None:
+            key, phase = sub
+            if key not in parts:  # another phase of this cell failed: already recorded
+                return
+            parts[key][phase] = m
+            if len(parts[key]) == phases[key]:
+                cell, measured = pending[key], parts.pop(key)
+                samples = [s for p, pm in measured.items()
+                           for s in rows.sample_rows(cell.target, key[1], pm, cell.base, p)]
+                self._save(key, cell.build(measured), samples, cell.label)
 
-        def failed(key: tuple, exc: BaseException) -> None:
-            label, base, _ = pending[key]
-            self._save(key, rows.failed_row(base, exc), [], label)
+        def failed(sub: tuple, exc: BaseException) -> None:
+            key, phase = sub
+            if parts.pop(key, None) is not None:
+                cell = pending[key]
+                row = rows.failed_row(cell.base, exc)
+                if len(phases) and self.request.training:
+                    row["reason"] = f"{phase}: {row['reason']}"
+                self._save(key, row, [], cell.label)
 
         def round_done(active: int) -> None:
             self.progress.advance(f"sampling {total} cells on {device.name} @ batch {batch}: {active} left",
@@ -364,11 +434,6 @@ class Profiler:
 
         self.progress.describe(f"sampling {total} cells on {device.name} @ batch {batch}")
         sampler.run(on_done=done, on_error=failed, on_round=round_done)
-        self.eta.end_group()
-        overhead = sampler.overhead
-        self.store.metadata.setdefault("harness_overhead", {})[f"{device.name}@{batch}"] = {
-            "per_call_s": overhead.per_call_seconds, "per_iteration_s": overhead.per_iteration_seconds}
-        self.store.update_metadata()
 
 
 def available_memory_bytes() -> int | None:

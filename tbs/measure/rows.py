@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
 from tbs.capture.recorder import LayerCall
-from tbs.schema import Status
+from tbs.schema import Phase, Status
 from tbs.backends.base import Device
-from tbs.measure.timing import Measurement
+from tbs.measure.timing import Measurement, Runner
 
+SINGLE_CALLS = 5  # single calls timed after a whole model's samples: its per-call dispatch overhead
 NOISY_REASON = "CI of the median stayed wider than the target within the cell budget"
+
+
+@dataclass
+class Cell:
+    """A cell waiting to be measured: its programs, compiled at warm-up, and how their measurements become its row.
+
+    An inference cell has one program (the forward pass); a training cell one per phase.
+    """
+
+    label: str  # what the progress line says
+    base: dict[str, Any]  # the row's identity columns
+    data: Any  # the tensors it reads and writes (a device may refuse them)
+    programs: Callable[[], dict[str, Runner]]  # phase -> compiled runner
+    build: Callable[[dict[str, Measurement]], dict[str, Any]]  # phase -> measurement, to the row
+    target: str = "layer"  # samples.csv's target: "layer" | "model"
+    single_calls: int = 0  # single (unblocked) calls timed after sampling: the dispatch overhead
 
 
 def reason(exc: BaseException) -> str:
@@ -45,12 +63,13 @@ def stats_row(m: Measurement, base: dict[str, Any], confidence: float) -> dict[s
     )
 
 
-def sample_rows(target: str, layer: str, m: Measurement, base: dict[str, Any]) -> list[dict[str, Any]]:
+def sample_rows(target: str, layer: str, m: Measurement, base: dict[str, Any],
+                phase: str = Phase.FORWARD.value) -> list[dict[str, Any]]:
     return [
         {"target": target, "layer": layer, "device": base["device"], "batch_size": base["batch_size"],
          "mode": base["mode"], "sample": i, "iterations": m.iterations, "raw_seconds": raw,
          "harness_call_s": m.overhead.per_call_seconds, "harness_iteration_s": m.overhead.per_iteration_seconds,
-         "seconds_per_call": per_call, "host": base["host"]}
+         "seconds_per_call": per_call, "host": base["host"], "phase": phase}
         for i, (raw, per_call) in enumerate(zip(m.raw_seconds, m.per_call_seconds))
     ]
 
@@ -58,11 +77,15 @@ def sample_rows(target: str, layer: str, m: Measurement, base: dict[str, Any]) -
 def layer_row(call: LayerCall, device: Device, base: dict[str, Any], m: Measurement,
               confidence: float) -> dict[str, Any]:
     row = stats_row(m, base, confidence)
+    row.update(status=m.status, reason=m.note or ("" if m.status == Status.OK else NOISY_REASON))
+    return flag_fallback(row, call, device)
+
+
+def flag_fallback(row: dict[str, Any], call: LayerCall, device: Device) -> dict[str, Any]:
+    """A time from an accelerator whose ops partly ran on the host says so."""
     fallen = fallback_ops(call, device)
     if fallen:
         row.update(status=Status.CPU_FALLBACK.value, reason=f"ran on the host CPU: {', '.join(fallen)}")
-    else:
-        row.update(status=m.status, reason=m.note or ("" if m.status == Status.OK else NOISY_REASON))
     return row
 
 

@@ -9,6 +9,9 @@ for its device and the replay copies inputs between them (one jit cannot span
 devices).
 Single-device placements are replayed the same way from the same host inputs,
 and all runners are sampled in interleaved rounds with the profiler's statistics.
+A training profile's placement is verified as a whole train step: each call's
+forward, backward and update on its device, activations moving forward and
+gradients moving back (``Device.split_train_runner``).
 """
 
 from __future__ import annotations
@@ -23,20 +26,22 @@ from pathlib import Path
 import pandas as pd
 
 from tbs import backends
-from tbs.backends.base import Device
+from tbs.backends.base import Device, PlacedStep
 from tbs.backends.tensors import iter_tensors, replace_tensors
 from tbs.capture.recorder import Capture, LayerCall, capture
 from tbs.errors import TbsError, TbsWarning
 from tbs.load.inputs import batch_arrays, check_input_arrays, input_specs, load_user_input, structure_inputs
 from tbs.load.model import ModelSource, load_model, load_model_object
+from tbs.load.training import TrainingSetup
+from tbs.measure.training import gradient_plan
 from tbs.measure import neighbours
 from tbs.measure.stats import Summary
 from tbs.measure.timing import Interleaved, Measurement, Timer, TimingConfig
 from tbs.place.recommend import Recommendation
 from tbs.profiles.profile import Profile
-from tbs.schema import ARRAYS_INPUT, SYNTHETIC_INPUT
+from tbs.schema import ARRAYS_INPUT, LOSS_LAYER, SYNTHETIC_INPUT
 
-Source = tuple[str, int]  # (call name or "input", flat index)
+from tbs.backends.base import Source  # (call name or "input", flat index)
 
 
 def dataflow(capture: Capture, model_inputs: Any) -> tuple[list[list[Source | None]], list[Source]]:
@@ -84,8 +89,12 @@ class Verified:
 
 
 def run(candidates: list[tuple[str, dict[str, str], float]], captures: dict[str, Capture], model_inputs: Any,
-        devices: dict[str, Device], host: Device, config: TimingConfig) -> list[Verified]:
-    """Time each (name, placement, predicted seconds) candidate from host inputs, interleaved."""
+        devices: dict[str, Device], host: Device, config: TimingConfig,
+        trainer: "SplitTraining | None" = None) -> list[Verified]:
+    """Time each (name, placement, predicted seconds) candidate from host inputs, interleaved.
+
+    With ``trainer`` each candidate is a whole train step (forward, loss, backward, update) split as placed.
+    """
     reference = captures[host.name] if host.name in captures else next(iter(captures.values()))
     plan, outputs = dataflow(reference, model_inputs)
     order = [c.name for c in reference.calls]
@@ -94,11 +103,35 @@ def run(candidates: list[tuple[str, dict[str, str], float]], captures: dict[str,
     timer = Timer(config)
     sampler = Interleaved(timer, host.harness(False))
     for name, placement, _ in candidates:
-        sampler.add(name, host.replay_runner(replay_fn(placement, calls_on, devices, plan, outputs, order), flat))
+        if trainer is None:
+            runner = host.replay_runner(replay_fn(placement, calls_on, devices, plan, outputs, order), flat)
+        else:
+            runner = trainer.runner(placement, calls_on, plan, outputs, order, flat)
+        sampler.add(name, runner)
     done: dict[Any, Measurement] = {}
     sampler.run(on_done=done.__setitem__)
     return [Verified(name, placement, predicted, done[name].summary(), done[name].status)
             for name, placement, predicted in candidates]
+
+
+@dataclass
+class SplitTraining:
+    """What a split train step needs beyond the forward replay: the loss, optimizer, targets and gradient plan."""
+
+    setup: TrainingSetup
+    grad_inputs: dict[str, list[bool]]
+    targets: list[Any]
+    host: Device
+    devices: dict[str, Device]
+
+    def runner(self, placement: dict[str, str], calls_on: dict[str, dict[str, LayerCall]],
+               plan: list[list[Source | None]], outputs: list[Source], order: list[str], flat: list[Any]) -> Any:
+        steps = [PlacedStep(name, calls_on[placement[name]][name], self.devices[placement[name]], sources,
+                            self.grad_inputs[name]) for name, sources in zip(order, plan)]
+        last = next((placement[src[0]] for src in outputs if src[0] in placement), self.host.name)
+        loss_device = self.devices[placement.get(LOSS_LAYER, last)]
+        return self.host.split_train_runner(steps, outputs, flat, self.targets, self.setup.loss, loss_device,
+                                            self.setup.make_optimizer)
 
 
 def verdict(split: Verified, best_single: Verified) -> str:
@@ -189,6 +222,14 @@ def _batch_of_inputs(profile: Profile, specs: list[Any], batch: int, arrays: Any
     return batch_arrays(specs, batch, int(profile.metadata.get("seed", 0)), user)
 
 
+def _split_training(profile: Profile, reference: Capture, batch: int, devices: dict[str, Device]) -> SplitTraining:
+    setup = TrainingSetup.from_metadata(profile.metadata.get("training") or {})
+    outputs = iter_tensors(reference.outputs)
+    host = devices[profile.metadata.get("host_device") or next(iter(devices))]
+    targets = setup.targets(outputs, batch, int(profile.metadata.get("seed", 0)))
+    return SplitTraining(setup, gradient_plan(reference.calls), targets, host, devices)
+
+
 def verify_recommendation(profile: Profile, rec: Recommendation, custom_objects: dict[str, Any] | None = None,
                           safe_mode: bool = True, model: Any = None, arrays: Any = None) -> Verification:
     """Run the recommended placement and the single devices for real; predicted against measured."""
@@ -208,15 +249,17 @@ def verify_recommendation(profile: Profile, rec: Recommendation, custom_objects:
             captures[d] = capture(loaded[d], host_inputs if d == host.name else found[d].place(host_inputs),
                                   training, found[d], record_devices=True)
     by_name = {d: {c.name: c for c in cap.calls} for d, cap in captures.items()}
-    placed_right = sum(found[d].ran_here(by_name[d][name]) for name, d in rec.chosen.placement.items())
+    layers = {name: d for name, d in rec.chosen.placement.items() if name != LOSS_LAYER}
+    placed_right = sum(found[d].ran_here(by_name[d][name]) for name, d in layers.items())
     candidates = [("recommended", rec.chosen.placement, rec.chosen.seconds_per_batch)]
     candidates += [(e.name, e.placement, e.seconds_per_batch) for e in rec.single_devices]
     fields = TimingConfig.__dataclass_fields__
     config = TimingConfig(**{k: v for k, v in (profile.metadata.get("timing") or {}).items() if k in fields})
+    trainer = _split_training(profile, captures[host.name], batch, found) if training else None
     registration = neighbours.register(f"a --verify replay of {profile.directory}",
                                        lambda message: warnings.warn(message, TbsWarning, stacklevel=3))
     try:
-        results = run(candidates, captures, host_inputs, found, host, config)
+        results = run(candidates, captures, host_inputs, found, host, config, trainer)
     finally:
         registration.close()
-    return Verification(batch, results, placed_right, len(rec.chosen.placement))
+    return Verification(batch, results, placed_right, len(layers))

@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tbs.backends.base import Device
+from tbs.backends.base import Device, PlacedStep, Runner, Source, TrainingPrograms
 from tbs.backends.jax.capture import host_strings_accepted
 from tbs.backends.tensors import is_host_strings, iter_tensors, replace_tensors
 
@@ -93,6 +93,7 @@ class JaxDevice(Device):
     """One ``jax.Device`` (cpu:0, gpu:1, tpu:0)."""
 
     backend = "jax"
+    backward_method = "the VJP of the forward's saved residuals, timed alone (jax.vjp)"
 
     def __init__(self, kind: str, index: int, jax_device: Any, description: str = "",
                  memory_bytes: int | None = None) -> None:
@@ -147,6 +148,31 @@ class JaxDevice(Device):
             jax.block_until_ready(compiled(np.int32(n), values, tensors))
 
         return runner
+
+    def training_programs(self, call: Callable[..., Any], tensors: list[Any], variables: Sequence[Any],
+                          grad_inputs: Sequence[bool], make_optimizer: Callable[[], Any] | None,
+                          jit: bool, seed: int = 0) -> TrainingPrograms:
+        from tbs.backends.jax import training
+
+        return training.training_programs(self._put, lambda *t: call(*t), tensors, variables, grad_inputs,
+                                          make_optimizer, seed, _arrays, _views_of_inputs, _total)
+
+    def train_step(self, model: Any, tensors: list[Any], rebuild: Callable[[list[Any]], Any], targets: list[Any],
+                   loss: Callable[[list[Any], Any], Any], make_optimizer: Callable[[], Any], jit: bool) -> Runner:
+        from tbs.backends.jax import training
+
+        return training.train_step(self._put, model, tensors, rebuild, targets, loss, make_optimizer)
+
+    def split_train_runner(self, steps: list[PlacedStep], outputs: list[Source], inputs: list[Any],
+                           targets: list[Any], loss: Callable[[list[Any], Any], Any], loss_device: Device,
+                           make_optimizer: Callable[[], Any]) -> Runner:
+        from tbs.backends.jax import split
+
+        return split.split_train_runner(steps, outputs, inputs, targets, loss, loss_device._put, make_optimizer,
+                                        _arrays)
+
+    def _put(self, x: Any) -> Any:
+        return _jax().device_put(x, self.jax_device)
 
     def run_placed(self, call: Any, args: tuple, kwargs: dict) -> Any:
         """The call compiled once for this device (its weights here); its inputs are copied here first."""

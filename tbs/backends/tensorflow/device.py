@@ -19,7 +19,8 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any, Callable, Sequence
 
-from tbs.backends.base import Device
+from tbs.backends.base import Device, PlacedStep, Runner, Source, TrainingPrograms
+from tbs.backends.tensorflow import training
 from tbs.backends.tensorflow.capture import watch_ops
 from tbs.backends.tensorflow.environment import tensorflow as _tensorflow
 
@@ -43,6 +44,8 @@ class TFDevice(Device):
     """A TensorFlow logical device (/device:CPU:0, /device:GPU:1, /device:TPU:0)."""
 
     backend = "tensorflow"
+    backward_method = ("the forward+backward program minus the forward program (a TensorFlow gradient "
+                       "needs the tape of its forward pass)")
 
     def __init__(self, kind: str, index: int, tf_name: str, description: str = "",
                  memory_bytes: int | None = None) -> None:
@@ -95,6 +98,25 @@ class TFDevice(Device):
             result.numpy()  # a 4-byte scalar: waits for the device without copying activations
 
         return runner
+
+    def training_programs(self, call: Callable[..., Any], tensors: list[Any], variables: Sequence[Any],
+                          grad_inputs: Sequence[bool], make_optimizer: Callable[[], Any] | None,
+                          jit: bool, seed: int = 0) -> TrainingPrograms:
+        """Forward, forward+backward (a gradient needs its tape) and update runners: see training.py."""
+        return training.training_programs(self, call, tensors, variables, grad_inputs, make_optimizer, jit, seed)
+
+    def split_train_runner(self, steps: list[PlacedStep], outputs: list[Source], inputs: list[Any],
+                           targets: list[Any], loss: Callable[[list[Any], Any], Any], loss_device: Device,
+                           make_optimizer: Callable[[], Any]) -> Runner:
+        from tbs.backends.tensorflow import split
+
+        return split.split_train_runner(self, steps, outputs, inputs, targets, loss, loss_device, make_optimizer)
+
+    def train_step(self, model: Any, tensors: list[Any], rebuild: Callable[[list[Any]], Any],
+                   targets: list[Any], loss: Callable[[list[Any], Any], Any],
+                   make_optimizer: Callable[[], Any], jit: bool) -> Runner:
+        """Whole train steps; the runner's ``restore()`` puts back the weights the steps changed."""
+        return training.train_step(self, model, tensors, rebuild, targets, loss, make_optimizer, jit)
 
     def run_placed(self, call: Any, args: tuple, kwargs: dict) -> Any:
         with _tensorflow().device(self.tf_name):

@@ -1,0 +1,180 @@
+"""Training cells: which gradients a real backward computes, each cell's phase programs, and their rows.
+
+A training profile times, per leaf layer, three programs with the forward pass's
+harness -- forward (``training=True``), backward, the optimizer's update -- plus the
+loss (its value and its gradient) as a row of its own, and one whole compiled train
+step per device and batch to check the per-layer sum against.
+
+Which gradients a backward computes follows what real training needs: a layer's
+trainable variables, and an input's gradient only when that input is floating point
+and produced by a layer that is trainable or has a trainable layer before it. A layer
+with neither (preprocessing in front of the first trainable layer) has no backward;
+asking for more gradients than a real step computes would inflate the sum.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from tbs.backends.base import Device, TrainingPrograms
+from tbs.backends.tensors import dtype_name, iter_tensors
+from tbs.capture.recorder import Capture, LayerCall
+from tbs.load.training import TrainingSetup
+from tbs.measure import rows
+from tbs.measure.stats import Summary
+from tbs.measure.timing import Measurement, Runner
+from tbs.schema import LOSS_LAYER, Phase, Status
+
+FORWARD, BACKWARD, FORWARD_BACKWARD, UPDATE, STEP = (p.value for p in Phase)
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def is_trainable(op: Any) -> bool:
+    return any(getattr(v, "trainable", False) for v in getattr(op, "trainable_variables", None) or ())
+
+
+def gradient_plan(calls: list[LayerCall]) -> dict[str, list[bool]]:
+    """For each call, per flat input: does a real backward compute that input's gradient?"""
+    reaching: set[str] = set()  # calls whose output carries a gradient back to some trainable variable
+    plan: dict[str, list[bool]] = {}
+    for call in calls:
+        dtypes = [dtype_name(x) for x in iter_tensors((call.args, call.kwargs))]
+        wanted = [src in reaching and dtype in FLOAT_DTYPES for src, dtype in zip(call.sources, dtypes)]
+        plan[call.name] = wanted
+        if is_trainable(call.op) or any(wanted):
+            reaching.add(call.name)
+    return plan
+
+
+def structure(cap: Capture, plan: dict[str, list[bool]], setup: TrainingSetup) -> tuple[dict[str, dict], list[dict]]:
+    """Per layer: trainable and grad_inputs; the loss's own entry; the graph's edges with ``grad``, loss edges added."""
+    layers = {c.name: {"trainable": is_trainable(c.op), "grad_inputs": plan[c.name]} for c in cap.calls}
+    flows = {(c.name, src) for c in cap.calls for src, wanted in zip(c.sources, plan[c.name]) if wanted}
+    edges = []
+    for edge in cap.edges:
+        entry = dict(vars(edge), grad=(edge.dst, edge.src) in flows)
+        edges.append(entry)
+        if edge.dst == "output":
+            edges.append(dict(vars(edge), dst=LOSS_LAYER, grad=edge.dtype in FLOAT_DTYPES))
+    layers[LOSS_LAYER] = {"name": LOSS_LAYER, "type": setup.loss_name, "category": "loss", "params": 0,
+                          "trainable": False, "grad_inputs": []}
+    return layers, edges
+
+
+def _interval(parts: list[Summary]) -> dict[str, float]:
+    """A sum of independently measured programs: its median and bounds are the sums of theirs."""
+    return {"median_s": sum(s.median_s for s in parts), "p25_s": sum(s.p25_s for s in parts),
+            "p75_s": sum(s.p75_s for s in parts), "ci_low_s": sum(s.ci_low_s for s in parts),
+            "ci_high_s": sum(s.ci_high_s for s in parts)}
+
+
+def training_row(base: dict[str, Any], parts: dict[str, Measurement], programs: TrainingPrograms,
+                 grad_inputs: int, confidence: float) -> dict[str, Any]:
+    """One layer's (or the loss's) row: its phases, their total as median_s, and its training memory."""
+    s = {phase: m.summary(confidence) for phase, m in parts.items()}
+    forward = s[FORWARD]
+    update_s = s[UPDATE].median_s if UPDATE in s else 0.0
+    if FORWARD_BACKWARD in s:  # TensorFlow: backward = (forward + backward) - forward, never below 0
+        both = s[FORWARD_BACKWARD]
+        backward_s = max(both.median_s - forward.median_s, 0.0)
+        total = _interval([both] + ([s[UPDATE]] if UPDATE in s else []))
+        # The total is forward + backward + update exactly; the bounds move with it where backward was clipped.
+        shift = forward.median_s + backward_s + update_s - total["median_s"]
+        total = {k: v + shift for k, v in total.items()}
+    else:
+        backward_s = s[BACKWARD].median_s if BACKWARD in s else 0.0
+        total = _interval([forward] + [s[p] for p in (BACKWARD, UPDATE) if p in s])
+    phases = [FORWARD] + (["backward"] if programs.backward is not None else []) + ([UPDATE] if UPDATE in s else [])
+    noisy = [p for p, m in parts.items() if m.status != Status.OK.value]
+    notes = "; ".join(f"{p}: {parts[p].note or rows.NOISY_REASON}" for p in noisy)
+    batch = base["batch_size"]
+    return dict(base, **total, n=min(m.n for m in s.values()), iterations=parts[FORWARD].iterations,
+                per_sample_s=total["median_s"] / batch,
+                first_call_s=sum(m.first_call_seconds for m in parts.values()),
+                status=Status.NOISY.value if noisy else Status.OK.value, reason=notes,
+                phases="+".join(phases), forward_s=forward.median_s, backward_s=backward_s, update_s=update_s,
+                weight_bytes=programs.weight_bytes, slot_bytes=programs.slot_bytes,
+                residual_bytes=programs.residual_bytes, grad_inputs=grad_inputs)
+
+
+def phase_runners(programs: TrainingPrograms) -> dict[str, Runner]:
+    runners = {FORWARD: programs.forward}
+    if programs.backward is not None:
+        runners[FORWARD_BACKWARD if programs.backward_includes_forward else BACKWARD] = programs.backward
+    if programs.update is not None:
+        runners[UPDATE] = programs.update
+    return runners
+
+
+class TrainingCells:
+    """The training cells of one (device, batch): every layer, the loss, and the whole train step."""
+
+    def __init__(self, device: Device, setup: TrainingSetup, cap: Capture, inputs: Any, model: Any,
+                 jit: bool, seed: int, confidence: float, tensors_fn: Callable[[Any], list[Any]],
+                 rebuild_fn: Callable[[Any, list[Any]], Any]) -> None:
+        self.device, self.setup, self.cap, self.inputs, self.model = device, setup, cap, inputs, model
+        self.jit, self.seed, self.confidence = jit, seed, confidence
+        self.tensors_fn, self.rebuild_fn = tensors_fn, rebuild_fn
+        self.plan = gradient_plan(cap.calls)
+        self.outputs = tensors_fn(cap.outputs)
+        self.targets = device.place(setup.targets(self.outputs, int(np.shape(self.outputs[0])[0]), seed))
+
+    def _cell(self, label: str, base: dict[str, Any], data: Any, compile: Callable[[], TrainingPrograms],
+              grad_inputs: int, call: LayerCall | None) -> rows.Cell:
+        made: dict[str, TrainingPrograms] = {}
+
+        def programs() -> dict[str, Runner]:
+            made["programs"] = compile()
+            return phase_runners(made["programs"])
+
+        def build(parts: dict[str, Measurement]) -> dict[str, Any]:
+            row = training_row(base, parts, made["programs"], grad_inputs, self.confidence)
+            return row if call is None else rows.flag_fallback(row, call, self.device)
+
+        return rows.Cell(label, base, data, programs, build)
+
+    def layer(self, call: LayerCall, label: str, base: dict[str, Any]) -> rows.Cell:
+        structure_ = (call.args, call.kwargs)
+        wanted = self.plan[call.name]
+
+        def invoke(*flat: Any) -> Any:
+            args, kwargs = self.rebuild_fn(structure_, list(flat))
+            return call.invoke(*args, **kwargs)
+
+        def compile() -> TrainingPrograms:
+            return self.device.training_programs(invoke, self.tensors_fn(structure_), getattr(call.op, "variables", ()),
+                                                 wanted, self.setup.make_optimizer, self.jit, self.seed)
+
+        return self._cell(label, base, (call.args, call.kwargs, call.outputs), compile, sum(wanted), call)
+
+    def loss(self, label: str, base: dict[str, Any]) -> rows.Cell:
+        count, setup = len(self.targets), self.setup
+
+        def value(*flat: Any) -> Any:
+            return setup.loss(list(flat[:count]), list(flat[count:]))
+
+        wanted = [False] * count + [True] * len(self.outputs)
+
+        def compile() -> TrainingPrograms:
+            return self.device.training_programs(value, list(self.targets) + self.outputs, (), wanted, None,
+                                                 self.jit, self.seed)
+
+        return self._cell(label, base, self.outputs, compile, len(self.outputs), None)
+
+    def step(self, label: str, base: dict[str, Any], copy_seconds: float, input_bytes: int) -> rows.Cell:
+        inputs = self.inputs
+
+        def programs() -> dict[str, Runner]:
+            runner = self.device.train_step(self.model, self.tensors_fn(inputs),
+                                            lambda flat: self.rebuild_fn(inputs, flat), list(self.targets),
+                                            self.setup.loss, self.setup.make_optimizer, self.jit)
+            return {STEP: runner}
+
+        def build(parts: dict[str, Measurement]) -> dict[str, Any]:
+            return rows.model_row(base, parts[STEP], copy_seconds, input_bytes, self.confidence)
+
+        return rows.Cell(label, base, (inputs, self.cap.outputs), programs, build, target="model",
+                         single_calls=rows.SINGLE_CALLS)
+

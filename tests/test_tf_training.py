@@ -1,0 +1,184 @@
+"""TensorFlow training programs: forward, forward+backward and update runners of one call, and whole train steps.
+
+Real TensorFlow on tiny layers. The backward runner re-runs the forward (a gradient needs its
+tape), so what it adds over the forward runner is the backward's time: about twice the
+forward's FLOPs for a Dense layer, never nothing (a pruned gradient would cost ~0).
+"""
+
+import numpy as np
+import pytest
+
+from conftest import keras
+from tbs.backends.tensorflow.discovery import discover
+from tbs.backends.tensorflow.environment import tensorflow
+from tbs.measure.timing import Timer, TimingConfig
+
+tf = tensorflow()
+layers = keras.layers
+RNG = np.random.default_rng(0)
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    return discover(tpu_timeout_s=0.1).devices[0]
+
+
+def _floats(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _programs(device, layer, arrays, grad_inputs, jit=False, make_optimizer=keras.optimizers.Adam):
+    """Build the layer on the arrays (placed on the device) and compile its training programs."""
+    tensors = device.place(arrays)
+    if len(tensors) > 1:
+        layer(list(tensors))
+
+        def call(*xs):
+            return layer(list(xs), training=True)
+    else:
+        layer(tensors[0])
+
+        def call(x):
+            return layer(x, training=True)
+    return device.training_programs(call, tensors, layer.variables, grad_inputs, make_optimizer, jit)
+
+
+def _weights(layer):
+    return [v.numpy().copy() for v in layer.variables]
+
+
+def _best_per_call(runners, iterations=200, rounds=7):
+    """Each runner's fastest per-call time, sampled in alternation (interference only ever adds time)."""
+    best = [float("inf")] * len(runners)
+    timer = Timer(TimingConfig())
+    for runner in runners:
+        runner(2)  # trace and compile
+    for _ in range(rounds):
+        for i, runner in enumerate(runners):
+            best[i] = min(best[i], timer.timed(runner, iterations) / iterations)
+    return best
+
+
+def test_dense_backward_costs_about_twice_the_forward(cpu):
+    """Backward minus forward is the backward's own time, never ~0 (a pruned gradient).
+
+    Its two matmuls (d/dx, d/dkernel) are twice the forward's FLOPs, but they do not depend on
+    each other: with a second core free TensorFlow runs them at once, so on a 2-core CPU the
+    backward takes 1x-2.3x the forward. The harness's per-iteration cost is taken off the forward.
+    """
+    p = _programs(cpu, layers.Dense(256), [_floats(64, 256)], [True])
+    assert p.backward_includes_forward
+    harness, forward, both = _best_per_call([cpu.harness(False), p.forward, p.backward])
+    ratio = (both - forward) / (forward - harness)
+    assert 0.75 <= ratio <= 4.0, (harness, forward, both)
+
+
+def test_nothing_to_differentiate_gives_no_backward_and_no_update(cpu):
+    p = _programs(cpu, layers.ReLU(), [_floats(8, 16)], [False])
+    p.forward(2)
+    assert p.backward is None and p.update is None
+    assert p.weight_bytes == 0 and p.slot_bytes == 0 and p.residual_bytes is None
+
+
+def test_embedding_differentiates_its_weights_not_its_integer_input(cpu):
+    layer = layers.Embedding(100, 16)
+    tokens = RNG.integers(0, 100, (8, 12)).astype(np.int32)
+    p = _programs(cpu, layer, [tokens], [False])
+    assert p.backward is not None and p.update is not None
+    p.backward(2)
+    p.update(2)
+    table = 100 * 16 * 4
+    assert p.weight_bytes == table
+    # Adam: a first and a second moment per weight, plus its step counter and learning rate.
+    assert 2 * table <= p.slot_bytes <= 2 * table + 64
+    assert p.residual_bytes == tokens.nbytes  # the gather's gradient keeps only the indices
+
+
+def test_update_runs_every_iteration_on_copies_never_the_layer(cpu):
+    made = []
+
+    def make_optimizer():
+        made.append(keras.optimizers.SGD(learning_rate=0.5))
+        return made[-1]
+
+    layer = layers.Dense(8)
+    p = _programs(cpu, layer, [_floats(4, 8)], [True], make_optimizer=make_optimizer)
+    before = _weights(layer)
+    p.update(50)
+    assert int(made[-1].iterations.numpy()) == 50  # not hoisted out of the loop, not pruned
+    for old, new in zip(before, _weights(layer)):
+        np.testing.assert_array_equal(old, new)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+def test_dropout_draws_a_new_mask_every_iteration(cpu, jit):
+    """The seed generator's state advances once per call inside the loop: never one constant mask."""
+    layer = layers.Dropout(0.5)
+    p = _programs(cpu, layer, [_floats(8, 16)], [True], jit=jit)
+    state = layer.seed_generator.state
+    start = state.numpy().copy()
+    layer(tf.constant(_floats(8, 16)), training=True)
+    step = state.numpy() - start
+    assert np.any(step != 0)
+    for runner in (p.forward, p.backward):
+        start = state.numpy().copy()
+        runner(5)
+        np.testing.assert_array_equal(state.numpy() - start, 5 * step)
+
+
+def test_residual_bytes_of_a_dense_layer_come_from_its_graph(cpu):
+    x = _floats(64, 256)
+    p = _programs(cpu, layers.Dense(128, activation="tanh"), [x], [True])
+    output_bytes = 64 * 128 * 4
+    # tanh's gradient reads its output and the kernel's gradient reads the input.
+    assert p.residual_bytes == x.nbytes + output_bytes
+    p_linear = _programs(cpu, layers.Dense(128), [x], [False])
+    assert x.nbytes <= p_linear.residual_bytes < 10 * (x.nbytes + output_bytes)
+
+
+def test_lstm_residuals_are_unknown_not_guessed(cpu):
+    """The LSTM's while loop keeps its activations in TensorList accumulators: no static size."""
+    p = _programs(cpu, layers.LSTM(8), [_floats(4, 6, 5)], [True])
+    p.backward(2)
+    assert p.residual_bytes is None
+
+
+@pytest.mark.parametrize("make_layer, arrays, grad_inputs", [
+    (lambda: layers.Conv2D(4, 3), [_floats(2, 8, 8, 3)], [True]),
+    (lambda: layers.LSTM(8), [_floats(4, 6, 5)], [True]),
+    (layers.BatchNormalization, [_floats(8, 16)], [True]),
+    (lambda: layers.Embedding(20, 4), [RNG.integers(0, 20, (4, 5)).astype(np.int32)], [False]),
+    (layers.Add, [_floats(4, 8), _floats(4, 8)], [True, False]),
+], ids=["conv2d", "lstm", "batchnorm", "embedding", "add"])
+def test_every_program_compiles_with_xla(cpu, make_layer, arrays, grad_inputs):
+    layer = make_layer()
+    p = _programs(cpu, layer, arrays, grad_inputs, jit=True)
+    before = [v.numpy().copy() for v in layer.trainable_variables]
+    for runner in (p.forward, p.backward, p.update):
+        if runner is not None:
+            runner(2)
+    assert p.backward is not None
+    assert (p.update is not None) == bool(layer.trainable_variables)
+    for old, new in zip(before, layer.trainable_variables):  # the update ran on copies
+        np.testing.assert_array_equal(old, new.numpy())
+
+
+def _tiny_classifier():
+    return keras.Sequential([keras.Input((6,)), layers.Dense(16), layers.BatchNormalization(),
+                             layers.Dropout(0.2), layers.Dense(3)])
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+def test_train_step_trains_and_restores_the_model(cpu, jit):
+    model = _tiny_classifier()
+    start = model.get_weights()
+    tensors = cpu.place([_floats(16, 6)])
+    targets = cpu.place([RNG.integers(0, 3, (16,)).astype(np.int32)])
+    crossentropy = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    runner = cpu.train_step(model, tensors, lambda args: args[0], targets,
+                            lambda goals, outputs: crossentropy(goals[0], outputs), keras.optimizers.Adam, jit)
+    runner(3)
+    assert any(not np.array_equal(a, b) for a, b in zip(start, model.get_weights()))  # a real step
+    runner.restore()
+    for a, b in zip(start, model.get_weights()):
+        np.testing.assert_array_equal(a, b)

@@ -1,0 +1,257 @@
+"""Training profiles: which gradients a real step computes, the phases of every cell, the loss, the whole step.
+
+The TensorFlow runners are pinned in test_tf_training.py; here the plan and the
+profile, on TensorFlow in-process and on JAX through a real subprocess (Keras picks
+one backend per process).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from conftest import FAST, _pickle, branchy_model, embedding_model, keras, layers
+
+import tbs
+from tbs.capture.recorder import capture
+from tbs.cli import cli
+from tbs.errors import TbsError
+from tbs.load.training import fit_to_outputs, resolve
+from tbs.measure.training import gradient_plan
+from tbs.schema import LOSS_LAYER
+
+ROOT = Path(__file__).resolve().parent.parent
+FAST_TIMING = tbs.TimingConfig(min_samples=3, cell_budget_seconds=0.05, min_block_seconds=0.001, min_span_seconds=0.0)
+
+
+def _plan(model: keras.Model, inputs: object) -> dict[str, list[bool]]:
+    return gradient_plan(capture(model, inputs, True).calls)
+
+
+def test_gradient_plan_asks_only_for_gradients_a_real_step_computes() -> None:
+    plan = _plan(branchy_model(), [np.random.rand(2, 8, 8, 3).astype("float32"), np.random.rand(2, 4).astype("float32")])
+    # Preprocessing in front of the first trainable layer: no input gradient, so no backward at all.
+    assert plan["augment/random_flip"] == [False] and plan["augment/rescaling"] == [False]
+    assert plan["left"] == [False] and plan["right"] == [False]  # the first trainable layers: weights only
+    assert plan["merge"] == [True, True]  # both branches lead back to trainable convolutions
+    assert plan["join"] == [True, False]  # the model's second input needs no gradient
+    assert plan["head_a"] == [True] and plan["head_b"] == [True]
+
+
+def test_integer_inputs_never_get_a_gradient() -> None:
+    plan = _plan(embedding_model(), np.random.randint(0, 50, size=(2, 7)).astype("int32"))
+    assert list(plan.values()) == [[False], [True], [True]]  # embedding (int ids), lstm, dense
+
+
+def test_stand_in_loss_fits_the_output_and_a_chosen_loss_that_does_not_is_refused() -> None:
+    regression = keras.Sequential([keras.Input((3,)), layers.Dense(1)])
+    classes = keras.Sequential([keras.Input((3,)), layers.Dense(4, activation="softmax")])
+    assert resolve(regression).loss_name == "MeanSquaredError"
+    setup = resolve(classes)
+    assert setup.loss_name == "SparseCategoricalCrossentropy" and not setup.losses[0].from_logits
+    assert (setup.optimizer_name, setup.optimizer_source) == ("Adam", "stand-in")
+    targets = setup.targets([np.zeros((6, 4), np.float32)], 6, 0)
+    assert targets[0].shape == (6,) and targets[0].dtype == np.int32 and targets[0].max() < 4
+    wrong = resolve(regression, loss="sparse_categorical_crossentropy")
+    with pytest.raises(TbsError, match="--loss sparse_categorical_crossentropy needs class scores"):
+        fit_to_outputs(wrong, regression(np.zeros((2, 3), np.float32)))
+    with pytest.raises(TbsError, match="unknown optimizer 'nosuch'"):
+        resolve(regression, optimizer="nosuch")
+    with pytest.raises(TbsError, match="unknown loss 'nosuch'"):
+        resolve(regression, loss="nosuch")
+
+
+def test_the_models_own_compiled_loss_and_optimizer_are_used() -> None:
+    model = keras.Sequential([keras.Input((3,)), layers.Dense(2)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    setup = resolve(model)
+    assert (setup.loss_name, setup.loss_source) == ("mean_squared_error", "model.compile")
+    assert (setup.optimizer_name, setup.optimizer_source) == ("SGD", "model.compile")
+    assert setup.make_optimizer() is not setup.make_optimizer()  # a fresh one per program
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--training", "--optimizer", "nosuch"], "unknown optimizer 'nosuch'"),
+    (["--training", "--loss", "categorical_crossentropy"], "needs class scores"),
+    (["--loss", "mse"], "--loss sets what training uses: add --training"),
+])
+def test_bad_training_options_get_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    model = _pickle(keras.Sequential([keras.Input((3,)), layers.Dense(1)], name="reg"), tmp_path / "reg.pkl")
+    result = CliRunner().invoke(cli, ["profile", str(model), "--out", str(tmp_path / "p"), *FAST, *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    lines = [line for line in result.output.strip().splitlines() if not line.startswith("Warning:")]
+    assert len(lines) == 1  # (a warning says when another tbs run measures on the machine)
+
+
+def _check_training_profile(p: tbs.Profile, leaves: set[str], optimizer: str = "Adam") -> None:
+    rows = p.summary
+    assert set(rows["mode"]) == {"training"}
+    assert leaves | {LOSS_LAYER} == set(rows["layer"])
+    measured = rows[rows["status"].isin(["ok", "noisy"])]
+    assert len(measured) == len(rows), rows[["layer", "status", "reason"]]
+    total = measured["forward_s"] + measured["backward_s"] + measured["update_s"]
+    assert np.allclose(total, measured["median_s"], rtol=1e-6)
+    assert (measured["forward_s"] > 0).all()
+    loss = rows[rows["layer"] == LOSS_LAYER].iloc[0]
+    assert loss["phases"] == "forward+backward" and loss["update_s"] == 0 and loss["category"] == "loss"
+    model = p.model.iloc[0]
+    assert model["status"] in ("ok", "noisy") and model["layers_sum_s"] > 0
+    assert p.metadata["training"]["optimizer"]["name"] == optimizer
+    assert [s for s in p.samples["phase"].unique()] and "step" in set(p.samples["phase"])
+
+
+def test_every_leaf_of_a_dag_with_a_nested_model_gets_its_phases_on_tensorflow(tmp_path: Path) -> None:
+    p = tbs.profile(branchy_model(), [4], training=True, timing=FAST_TIMING, progress=None, report=False,
+                    out=tmp_path / "p")
+    leaves = {"augment/random_flip", "augment/rescaling", "left", "right", "merge", "pool", "join", "head_a", "head_b"}
+    _check_training_profile(p, leaves)
+    rows = p.summary.set_index("layer")
+    assert rows.loc["augment/rescaling", "phases"] == "forward"  # before any trainable layer: no backward
+    assert rows.loc["left", "phases"] == "forward+backward+update"
+    assert rows.loc["merge", "phases"] == "forward+backward"  # no weights, but its inputs need gradients
+    assert rows.loc["left", "slot_bytes"] >= 2 * rows.loc["left", "weight_bytes"]  # Adam: two slots per weight
+    graph = p.metadata["graph"]["4"]
+    assert any(e["dst"] == LOSS_LAYER for e in graph)
+    assert not [e for e in graph if e["dst"] == "join" and e["src"].startswith("input")][0]["grad"]
+    assert p.metadata["training"]["loss"]["name"] == "MeanSquaredError+SparseCategoricalCrossentropy" or \
+        p.metadata["training"]["loss"]["source"] == "stand-in"
+
+
+JAX_SCRIPT = r'''
+import json, sys, time
+import numpy as np
+from tbs import backends
+backends.choose("jax")
+keras = backends.keras()
+device = backends.discover("jax").devices[0]
+
+def per_call(runner, n=50):
+    runner(n)
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter(); runner(n); best = min(best, (time.perf_counter() - start) / n)
+    return best
+
+out = {}
+for batch in (32, 512):
+    dense = keras.layers.Dense(512); dense.build((None, 512))
+    x = np.random.rand(batch, 512).astype("float32")
+    with_dx = device.training_programs(lambda t: dense(t), [x], dense.variables, [True], keras.optimizers.Adam, False)
+    no_dx = device.training_programs(lambda t: dense(t), [x], dense.variables, [False], keras.optimizers.Adam, False)
+    out[batch] = dict(forward=per_call(with_dx.forward), backward=per_call(with_dx.backward),
+                      backward_no_dx=per_call(no_dx.backward), update=per_call(with_dx.update),
+                      residual=with_dx.residual_bytes, slots=with_dx.slot_bytes, weights=with_dx.weight_bytes)
+relu = keras.layers.ReLU()
+out["relu"] = device.training_programs(lambda t: relu(t), [np.ones((4, 4), "float32")], [], [False], None, False).backward is None
+from tbs.backends.jax.training import _pure
+drop = keras.layers.Dropout(0.5)
+pure = _pure(lambda t: drop(t, training=True), [], list(drop.variables), lambda o: [o])
+state = [v.value for v in drop.variables]
+_, new_state = pure([], state, np.ones((8, 8), "float32"))
+out["seed_advances"] = bool(np.any(np.asarray(new_state[0]) != np.asarray(state[0])))
+print("RESULT" + json.dumps(out))
+'''
+
+
+def _jax(*args: str, script: str | None = None, backend: str = "jax") -> subprocess.CompletedProcess:
+    if backend == "jax":
+        pytest.importorskip("jax", reason="JAX is not installed (pip install 'tbs[jax]')")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), KERAS_BACKEND=backend, TBS_LOGICAL_CPUS="2")
+    command = [sys.executable, "-c", script] if script else [sys.executable, "-m", "tbs", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+
+
+def test_jax_backward_scales_with_its_work_and_is_never_hoisted() -> None:
+    done = _jax(script=JAX_SCRIPT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.split("RESULT", 1)[1])
+    small, big = out["32"], out["512"]
+    # Hoisted out of the loop, a backward would time as ~0 and not grow with the batch.
+    assert big["backward"] > 4 * small["backward"]
+    assert 0.8 * big["forward"] < big["backward"] < 6 * big["forward"]  # about 2x the forward's FLOPs
+    assert big["backward_no_dx"] < 0.85 * big["backward"]  # an input gradient is real work: ask only when needed
+    assert big["residual"] >= 512 * 512 * 4 and big["slots"] >= 2 * big["weights"]
+    assert out["relu"] and out["seed_advances"]
+
+
+def test_a_training_profile_on_jax_through_the_cli_is_verified_as_a_split_train_step(tmp_path: Path) -> None:
+    model = _pickle(branchy_model(), tmp_path / "branchy.pkl")
+    done = _jax("profile", str(model), "--training", "--backend", "jax", "--batch", "4", "--out",
+                str(tmp_path / "p"), "--devices", "cpu:0", *FAST)
+    assert done.returncode == 0, done.stderr[-2000:]
+    p = tbs.load(tmp_path / "p")
+    _check_training_profile(p, {"augment/random_flip", "augment/rescaling", "left", "right", "merge", "pool",
+                                "join", "head_a", "head_b"})
+    assert "jax.vjp" in p.metadata["training"]["backward_method"]
+    assert pd.notna(p.summary.set_index("layer").loc["left", "residual_bytes"])
+    verified = _jax("recommend", str(tmp_path / "p"), "--objective", "time", "--verify")
+    assert verified.returncode == 0, verified.stderr[-2000:]
+    assert "Verified by running it" in verified.stdout and "9 of 9 layers" in verified.stdout
+
+
+SPLIT_SCRIPT = r'''
+import json
+import numpy as np
+from tbs import backends
+keras = backends.keras()
+import tensorflow as tf
+from tbs.backends.base import PlacedStep
+from tbs.backends.tensorflow.split import _placed
+from tbs.capture.recorder import capture
+cpu0, cpu1 = backends.discover("tensorflow").devices[:2]
+model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, name="a"), keras.layers.Dense(4, name="b")])
+x = tf.constant(np.random.rand(8, 16).astype("float32"))
+calls = capture(model, x, True).calls
+steps = [PlacedStep("a", calls[0], cpu0, [("input", 0)], [False]), PlacedStep("b", calls[1], cpu1, [("a", 0)], [True])]
+
+@tf.function
+def step(x):
+    with tf.GradientTape() as tape:
+        y = _placed(steps[1], [_placed(steps[0], [x])[0]])[0]
+        value = tf.reduce_sum(y)
+    return tape.gradient(value, model.trainable_variables)
+
+graph = step.get_concrete_function(x).graph
+print("RESULT" + json.dumps([[op.type, op.device] for op in graph.get_operations() if op.type == "MatMul"]))
+'''
+
+
+def test_tensorflow_split_step_runs_each_backward_on_its_layers_device() -> None:
+    """tensorflow#33688: a gradient runs where it is called; the split step calls each one in its layer's scope."""
+    done = _jax(script=SPLIT_SCRIPT, backend="tensorflow")
+    assert done.returncode == 0, done.stderr[-2000:]
+    matmuls = json.loads(done.stdout.split("RESULT", 1)[1])
+    on_cpu1 = [op for op in matmuls if op[1].upper().endswith("CPU:1")]
+    on_cpu0 = [op for op in matmuls if op[1].upper().endswith("CPU:0")]
+    # layer b on cpu:1: its forward and both gradient matmuls (kernel, input); layer a on cpu:0: forward + kernel.
+    assert len(on_cpu1) == 3 and len(on_cpu0) == 2, matmuls
+
+
+def test_a_subclassed_model_and_batchnorm_with_dropout_get_their_phases(subclassed_pkl: Path, custom_source: Path,
+                                                                         tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["profile", str(subclassed_pkl), "--training", "--custom-objects",
+                                      str(custom_source), "--batch", "4", "--out", str(tmp_path / "s"), *FAST])
+    assert result.exit_code == 0, result.output
+    sub = tbs.load(tmp_path / "s")
+    leaves = {layer["name"] for layer in sub.metadata["layers"] if layer["category"] != "loss"}
+    assert len(leaves) == 3  # dense, the custom Doubler, out
+    _check_training_profile(sub, leaves)
+    assert sub.metadata["training"]["loss"]["name"] == "MeanSquaredError"  # one output unit: a regression
+    bn = keras.Sequential([keras.Input((6,)), layers.Dense(8, name="d"), layers.BatchNormalization(name="bn"),
+                           layers.Dropout(0.5, name="drop"), layers.Dense(3, name="head")], name="bn_drop")
+    p = tbs.profile(bn, [4], training=True, timing=FAST_TIMING, progress=None, report=False, out=tmp_path / "b",
+                    optimizer="sgd", samples=1000)
+    _check_training_profile(p, {"d", "bn", "drop", "head"}, optimizer="SGD")
+    rows = p.summary.set_index("layer")
+    assert rows.loc["bn", "phases"] == "forward+backward+update" and rows.loc["drop", "phases"] == "forward+backward"
+    assert rows.loc["d", "slot_bytes"] < rows.loc["d", "weight_bytes"]  # plain SGD keeps no per-weight slots
+    assert p.metadata["training"]["optimizer"]["source"] == "--optimizer" and p.metadata["samples"] == 1000
