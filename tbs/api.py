@@ -29,7 +29,7 @@ from tbs.cost.reprice import reprice
 from tbs.errors import ProfileError, TbsError, TbsWarning
 from tbs.measure.timing import Interrupted, TimingConfig
 from tbs.place.recommend import Recommendation
-from tbs.profiles.merge import merge_profiles
+from tbs.profiles.merge import merge_each_mode, merge_profiles
 from tbs.profiles.profile import Profile, load_profile
 from tbs.profiles.store import ProfileStore, finalize
 from tbs.progress import reporter
@@ -153,6 +153,19 @@ def _install_interrupt_handler(on_first: Callable[[], None]) -> Any:
 def load(*directories: PathLike, prices: str | Mapping[str, float] | None = None,
          spot: str | Mapping[str, float] | None = None, price_file: PathLike | None = None) -> Profile:
     """Saved profiles, merged into one (devices named by host and backend), re-priced if prices are given."""
+    return _priced(merge_profiles(_read(directories)), prices, spot, price_file)
+
+
+def load_modes(*directories: PathLike, prices: str | Mapping[str, float] | None = None,
+               spot: str | Mapping[str, float] | None = None,
+               price_file: PathLike | None = None) -> tuple[Profile, Profile | None]:
+    """Like ``load``; given inference and training profiles of one model, returns (training, inference), each merged."""
+    main, other = merge_each_mode(_read(directories))
+    return (_priced(main, prices, spot, price_file),
+            None if other is None else _priced(other, prices, spot, price_file))
+
+
+def _read(directories: tuple[PathLike, ...]) -> list[Profile]:
     if not directories:
         raise TbsError("give at least one profile directory, e.g. tbs report profiles/cnn_flowers")
     loaded = []
@@ -160,7 +173,10 @@ def load(*directories: PathLike, prices: str | Mapping[str, float] | None = None
         if not Path(directory).is_dir():
             raise ProfileError(f"profile directory '{directory}' does not exist; run tbs profile first")
         loaded.append(load_profile(Path(directory)))
-    result = merge_profiles(loaded)
+    return loaded
+
+
+def _priced(result: Profile, prices: Any, spot: Any, price_file: PathLike | None) -> Profile:
     table, sources = load_price_file(str(price_file)) if price_file is not None else ({}, {})
     table.update(checks.prices(prices))
     discounts = checks.spot(spot)
@@ -250,14 +266,21 @@ def placement_for_report(profile: Profile) -> Recommendation | str:
 
 
 def render(profile: Profile | PathLike | None, fmt: str = "text", *, recommendation: Recommendation | str | None = None,
-           samples: int | None = None) -> str:
-    """``fmt``: text, html (self-contained), json or csv. Returns the text; nothing is measured or solved."""
-    if recommendation is not None and not isinstance(recommendation, (Recommendation, str)):
-        raise TbsError(f"recommendation: give a tbs.Recommendation (from tbs.recommend), "
-                       f"not {type(recommendation).__name__}")
+           samples: int | None = None, compare: Profile | PathLike | None = None,
+           compare_recommendation: Recommendation | str | None = None) -> str:
+    """``fmt``: text, html (self-contained), json or csv. Returns the text; nothing is measured or solved.
+
+    ``compare`` is a profile of the same model in the other mode (inference against training):
+    both are shown, with the layers whose cheapest device differs between them.
+    """
+    for name, value in (("recommendation", recommendation), ("compare_recommendation", compare_recommendation)):
+        if value is not None and not isinstance(value, (Recommendation, str)):
+            raise TbsError(f"{name}: give a tbs.Recommendation (from tbs.recommend), not {type(value).__name__}")
     if samples is not None:
         samples = checks.whole("samples", samples, 1, " (--samples)")
-    return _render(None if profile is None else _as_profile(profile), fmt, recommendation, samples)
+    return _render(None if profile is None else _as_profile(profile), fmt, recommendation, samples,
+                   compare=None if compare is None else _as_profile(compare),
+                   compare_recommendation=compare_recommendation)
 
 
 def devices(backend: str | Sequence[str] | None = None) -> pd.DataFrame:

@@ -78,3 +78,17 @@ def test_golden_profile_is_what_the_script_says(golden_profile):
     assert s.loc[("conv", "cpu:0", 64), "median_s"] == pytest.approx(4e-4 * 64, rel=1e-6)
     assert s.loc[("head", "gpu:0", 8), "median_s"] == pytest.approx(4e-5, rel=1e-6)
     assert s.loc[("dense", "gpu:0", 8), "cost_per_sample_usd"] == pytest.approx(3e-5 / 8 * 3.0 / 3600, rel=1e-6)
+
+
+def test_training_text_matches_its_golden_file(tmp_path):
+    """A training profile's console view: phases per layer, Σ layers + loss against the train step, the epoch."""
+    from tbs.testing_training import fake_training_profile
+
+    profile = replace(fake_training_profile(tmp_path / "train"), directory=Path("profiles/train"))
+    text = render(profile, "text", recommendation=recommend(profile, "cost"), samples=50_000)
+    path = GOLDEN / "training.txt"
+    if UPDATE:
+        path.write_text(text, encoding="utf-8")
+    assert path.is_file(), f"no golden file {path}: run TBS_UPDATE_GOLDEN=1 pytest {__file__}"
+    expected = path.read_text(encoding="utf-8")
+    assert text == expected, f"training text changed; if that is meant, TBS_UPDATE_GOLDEN=1 pytest {__file__}"

@@ -255,3 +255,18 @@ def test_a_subclassed_model_and_batchnorm_with_dropout_get_their_phases(subclass
     assert rows.loc["bn", "phases"] == "forward+backward+update" and rows.loc["drop", "phases"] == "forward+backward"
     assert rows.loc["d", "slot_bytes"] < rows.loc["d", "weight_bytes"]  # plain SGD keeps no per-weight slots
     assert p.metadata["training"]["optimizer"]["source"] == "--optimizer" and p.metadata["samples"] == 1000
+
+
+def test_report_shows_an_inference_and_a_training_profile_side_by_side(tmp_path: Path) -> None:
+    from tbs.testing_training import fake_training_profile
+
+    fake_training_profile(tmp_path / "t")
+    fake_training_profile(tmp_path / "i", training=False)
+    out = tmp_path / "r.html"
+    result = CliRunner().invoke(cli, ["report", str(tmp_path / "i"), str(tmp_path / "t"), "-o", str(out),
+                                      "--samples", "50000"])
+    assert result.exit_code == 0, result.output
+    page = out.read_text()
+    assert "Inference against training" in page and "cheapest device differs" in page
+    text = CliRunner().invoke(cli, ["report", str(tmp_path / "t"), str(tmp_path / "i")])
+    assert text.exit_code == 0 and "embedding" in text.output

@@ -118,11 +118,13 @@ def _interrupted(directory: Path) -> None:
 def report(directories: tuple[Path, ...], prices: dict[str, float] | None, spot: dict[str, float] | None,
            price_file: Path | None, samples: int | None, output: Path | None, fmt: str) -> None:
     """Report saved profiles (several machines' profiles of one model merge) without measuring."""
-    result = api.load(*directories, prices=prices, spot=spot, price_file=price_file)
+    result, other = api.load_modes(*directories, prices=prices, spot=spot, price_file=price_file)
     if output is None:
-        click.echo(api.render(result, fmt).rstrip("\n") if fmt == "csv" else api.render(result, fmt))
+        text = api.render(result, fmt, samples=samples, compare=other)
+        click.echo(text.rstrip("\n") if fmt == "csv" else text)
         return
-    page = api.render(result, "html", recommendation=api.placement_for_report(result), samples=samples)
+    page = api.render(result, "html", recommendation=api.placement_for_report(result), samples=samples, compare=other,
+                      compare_recommendation=None if other is None else api.placement_for_report(other))
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(page, encoding="utf-8")

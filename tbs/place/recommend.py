@@ -8,6 +8,11 @@ copy costs from its measured transfer fits. Objectives:
   (a transfer is paid at the receiving device's price, which waits for it);
 - cost, dedicated billing: every device used is paid for the whole run
   (price of the set x latency), solved exactly by trying each device subset.
+
+In a training profile a layer's time is its whole train step (forward, backward and
+update on one device), the loss is a placed node fed by the model's outputs, and a
+tensor that crosses devices is paid twice: the activation forward and, where a
+gradient flows back along its edge, the gradient the other way (same bytes).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from tbs.cost.reprice import lookup, usd_per_batch
-from tbs.schema import MEASURED
+from tbs.schema import LOSS_LAYER, MEASURED
 from tbs.units import is_number
 from tbs.errors import TbsError
 from tbs.place.solvers import INFEASIBLE, Problem, Solution, Tensor, solve, solve_milp
@@ -41,6 +46,7 @@ class Inputs:
     usd_per_hour: dict[str, float | None]
     tensors: list[Tensor]
     fits: dict[str, TransferFit]
+    mode: str = "inference"
 
     def transfer_seconds(self, src: str, dst: str, nbytes: int) -> float:
         if src == dst:
@@ -50,11 +56,12 @@ class Inputs:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "batch_size": self.batch_size, "host": self.host, "devices": self.devices,
+            "mode": self.mode, "batch_size": self.batch_size, "host": self.host, "devices": self.devices,
             "usd_per_hour": self.usd_per_hour,
             "layer_seconds": {l: {d: (None if not math.isfinite(self.seconds[(l, d)]) else self.seconds[(l, d)])
                                   for d in self.devices} for l in self.layers},
-            "tensors": [{"src": t.src, "consumers": list(t.consumers), "bytes": t.bytes} for t in self.tensors],
+            "tensors": [{"src": t.src, "consumers": list(t.consumers), "bytes": t.bytes,
+                         **({"grad": True} if t.grad else {})} for t in self.tensors],
             "transfer_fits": {k: f.as_dict() for k, f in self.fits.items()},
         }
 
@@ -69,6 +76,8 @@ def gather(profile: Profile, batch_size: int | None) -> Inputs:
         raise TbsError(f"batch size {batch} (--batch) is not in this profile: it has {', '.join(map(str, batches))}")
     rows = summary[summary["batch_size"] == batch]
     layers = [l["name"] for l in profile.metadata.get("layers", [])]
+    if profile.mode == "training" and LOSS_LAYER not in layers and (rows["layer"] == LOSS_LAYER).any():
+        layers.append(LOSS_LAYER)  # the loss is placed like a layer
     devices = sorted(rows["device"].unique())
     seconds = {(l, d): INFEASIBLE for l in layers for d in devices}
     for _, r in rows.iterrows():
@@ -82,14 +91,33 @@ def gather(profile: Profile, batch_size: int | None) -> Inputs:
         if usd.get(d) is None:
             usd[d] = lookup(prices, d, kinds.get(d, ""))
     host = profile.metadata.get("host_device") or next((d for d in devices if kinds.get(d) == "cpu"), devices[0])
-    edges = (profile.metadata.get("graph") or {}).get(str(batch), [])
-    grouped: dict[tuple, list[str]] = {}
-    for e in edges:
-        grouped.setdefault((e["src"], tuple(e.get("shape") or []), e.get("dtype"), int(e["bytes"])), []).append(e["dst"])
-    tensors = [Tensor(src, tuple(dict.fromkeys(dsts)), nbytes) for (src, _, _, nbytes), dsts in grouped.items()
-               if src.startswith("input") or src in layers]
+    tensors = graph_tensors((profile.metadata.get("graph") or {}).get(str(batch), []), layers, profile.mode)
     fits = {k: TransferFit(v["alpha_s"], v["beta_s_per_byte"]) for k, v in (profile.metadata.get("transfers") or {}).items()}
-    return Inputs(batch, layers, devices, host, seconds, usd, tensors, fits)
+    return Inputs(batch, layers, devices, host, seconds, usd, tensors, fits, profile.mode)
+
+
+def graph_tensors(edges: list[dict[str, Any]], layers: list[str], mode: str = "inference") -> list[Tensor]:
+    """The graph's edges as tensors (one per produced value, with all its readers), and their gradients.
+
+    In training the model's outputs feed the loss, not the host, so edges to ``output``
+    are dropped where the graph has a loss; an edge with ``grad`` adds the gradient that
+    flows back along it, paid once per device its readers sit on.
+    """
+    training = mode == "training" and any(e["dst"] == LOSS_LAYER for e in edges)
+    grouped: dict[tuple, list[dict[str, Any]]] = {}
+    for e in edges:
+        if training and e["dst"] == "output":
+            continue
+        grouped.setdefault((e["src"], tuple(e.get("shape") or []), e.get("dtype"), int(e["bytes"])), []).append(e)
+    tensors = []
+    for (src, _, _, nbytes), group in grouped.items():
+        if not (src.startswith("input") or src in layers):
+            continue
+        tensors.append(Tensor(src, tuple(dict.fromkeys(e["dst"] for e in group)), nbytes))
+        back = tuple(dict.fromkeys(e["dst"] for e in group if e.get("grad")))
+        if back and mode == "training":
+            tensors.append(Tensor(src, back, nbytes, grad=True))
+    return tensors
 
 
 def time_problem(inp: Inputs, allowed: list[str] | None = None) -> Problem:
@@ -107,6 +135,10 @@ def metered_cost_problem(inp: Inputs) -> Problem:
             for l in inp.layers for d in inp.devices}
     return Problem(inp.layers, inp.devices, inp.host, cost, inp.tensors,
                    lambda s, d, n: 0.0 if s == d else inp.transfer_seconds(s, d, n) * (usd(d) if math.isfinite(usd(d)) else 0.0))
+
+
+TRAINING_NOTE = ("training: forward, backward and update of each layer on one device; "
+                 "activations move forward and gradients back")
 
 
 @dataclass
@@ -139,10 +171,23 @@ class Recommendation:
         return self.inputs.batch_size
 
     @property
+    def mode(self) -> str:
+        return self.inputs.mode
+
+    @property
+    def mode_note(self) -> str:
+        """What one placed layer stands for in this mode (the reports print it)."""
+        if self.mode == "training":
+            return TRAINING_NOTE
+        return "inference: each layer's forward pass on one device; activations move forward"
+
+    @property
     def placement(self) -> pd.DataFrame:
-        """One row per layer: its device, predicted time and cost per sample, and the copy it waits for."""
-        return pd.DataFrame(layer_rows(self), columns=["layer", "device", "seconds_per_sample", "usd_per_sample",
-                                                        "transfer_in_seconds_per_sample"])
+        """One row per layer: its device, predicted time and cost per sample, and the copies it waits for."""
+        columns = ["layer", "device", "seconds_per_sample", "usd_per_sample", "transfer_in_seconds_per_sample"]
+        if self.mode == "training":
+            columns.append("gradient_in_seconds_per_sample")
+        return pd.DataFrame(layer_rows(self), columns=columns)
 
     @property
     def comparison(self) -> pd.DataFrame:
@@ -154,26 +199,41 @@ class Recommendation:
                 f"{len(set(self.chosen.placement.values()))} device(s), {self.method}>")
 
 
+def _copies_in(inp: Inputs, placement: dict[str, str]) -> tuple[dict[str, float], dict[str, float]]:
+    """Per layer, seconds of activations copied in (once per tensor and device) and of gradients sent back to it."""
+    forward = {layer: 0.0 for layer in inp.layers}
+    backward = {layer: 0.0 for layer in inp.layers}
+    order = {layer: i for i, layer in enumerate(inp.layers)}
+    for t in inp.tensors:
+        src = inp.host if t.src.startswith("input") else placement[t.src]
+        first_reader: dict[str, str] = {}
+        for c in sorted((c for c in t.consumers if c in order), key=order.get):
+            first_reader.setdefault(placement[c], c)
+        for device, reader in first_reader.items():
+            if device == src:
+                continue
+            if t.grad and t.src in backward:  # the producer waits for its gradient
+                backward[t.src] += inp.transfer_seconds(device, src, t.bytes)
+            elif not t.grad:  # the first reader on a device waits for the copy there
+                forward[reader] += inp.transfer_seconds(src, device, t.bytes)
+    return forward, backward
+
+
 def layer_rows(rec: Recommendation) -> list[dict[str, Any]]:
-    """Per layer: device, predicted seconds and USD per sample, and the transfers into it per sample."""
+    """Per layer: device, predicted seconds and USD per sample, and the copies it waits for per sample."""
     inp, placement, batch = rec.inputs, rec.chosen.placement, rec.inputs.batch_size
-    moved: set[tuple[int, str]] = set()
+    forward, backward = _copies_in(inp, placement)
     rows = []
     for layer in inp.layers:
         device = placement[layer]
         seconds = inp.seconds[(layer, device)]
         usd = usd_per_batch(seconds, inp.usd_per_hour.get(device))
-        transfer = 0.0
-        for ti, t in enumerate(inp.tensors):
-            if layer not in t.consumers:
-                continue
-            src = inp.host if t.src.startswith("input") else placement[t.src]
-            if src != device and (ti, device) not in moved:
-                moved.add((ti, device))
-                transfer += inp.transfer_seconds(src, device, t.bytes)
-        rows.append({"layer": layer, "device": device, "seconds_per_sample": seconds / batch,
-                     "usd_per_sample": None if usd is None else usd / batch,
-                     "transfer_in_seconds_per_sample": transfer / batch})
+        row = {"layer": layer, "device": device, "seconds_per_sample": seconds / batch,
+               "usd_per_sample": None if usd is None else usd / batch,
+               "transfer_in_seconds_per_sample": forward[layer] / batch}
+        if inp.mode == "training":
+            row["gradient_in_seconds_per_sample"] = backward[layer] / batch
+        rows.append(row)
     return rows
 
 
@@ -273,7 +333,7 @@ def _linear_weights(problem: Problem, bound: float) -> tuple[dict, dict, float]:
         for s in problem.devices:
             for d in problem.devices:
                 if s != d:
-                    value = problem.transfer_cost(s, d, t.bytes)
+                    value = problem.copy_cost(t, s, d)
                     edges[(ti, s, d)] = value if math.isfinite(value) else 1e30
     return node, edges, bound
 

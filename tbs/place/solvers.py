@@ -4,7 +4,10 @@ The problem: layers (a DAG in execution order), a cost per (layer, device) —
 infinite where the device cannot run the layer — and tensors flowing along
 edges. A tensor produced on device a and consumed on device b costs one transfer
 a→b, charged once per destination device however many consumers it has there.
-Model inputs start on, and outputs return to, the host.
+Model inputs start on, and outputs return to, the host. In training a gradient
+flows back along an edge: it is a tensor of its own (``grad``) whose copy goes the
+other way, b→a, once per consumer device (its consumers' gradients are summed
+there first), so every solver below stays exact with forward and backward copies.
 
 Solvers, all exact:
 - a chain (each layer feeds only the next): dynamic programming over layers x devices;
@@ -29,11 +32,16 @@ HOST = "input"  # edge endpoint name prefix for model inputs; "output" for model
 
 @dataclass(frozen=True)
 class Tensor:
-    """One tensor: produced by ``src`` (a layer, or an ``input:*`` on the host), read by ``consumers``."""
+    """One tensor: produced by ``src`` (a layer, or an ``input:*`` on the host), read by ``consumers``.
+
+    ``grad``: the gradient of that tensor, flowing back from the consumers' devices to
+    ``src``'s (same bytes, opposite direction).
+    """
 
     src: str
     consumers: tuple[str, ...]
     bytes: int
+    grad: bool = False
 
 
 @dataclass
@@ -45,13 +53,21 @@ class Problem:
     tensors: list[Tensor]
     transfer_cost: Callable[[str, str, int], float]  # (from, to, bytes) -> cost; 0 when from == to
 
+    def copy_cost(self, t: Tensor, src_device: str, consumer_device: str) -> float:
+        """Moving ``t`` between its producer's device and a consumer's: forward, or a gradient back."""
+        if src_device == consumer_device:
+            return 0.0
+        if t.grad:
+            return self.transfer_cost(consumer_device, src_device, t.bytes)
+        return self.transfer_cost(src_device, consumer_device, t.bytes)
+
     def cost_of(self, placement: dict[str, str]) -> float:
         """Total cost of a placement: layers plus transfers (once per tensor and destination)."""
         total = sum(self.node_cost[(layer, placement[layer])] for layer in self.layers)
         for t in self.tensors:
             here = self.host if t.src.startswith(HOST) else placement[t.src]
             destinations = {self.host if c == "output" else placement[c] for c in t.consumers}
-            total += sum(self.transfer_cost(here, d, t.bytes) for d in destinations if d != here)
+            total += sum(self.copy_cost(t, here, d) for d in destinations if d != here)
         return total
 
 
@@ -86,28 +102,32 @@ def brute_force(problem: Problem) -> Solution:
 
 
 def solve_chain(problem: Problem) -> Solution:
-    """Viterbi over layers x devices for a chain."""
-    incoming = {c: t for t in problem.tensors for c in t.consumers}
+    """Viterbi over layers x devices for a chain (a layer's activation and, in training, its gradient)."""
+    incoming: dict[str, list[Tensor]] = {}
+    for t in problem.tensors:
+        for c in t.consumers:
+            incoming.setdefault(c, []).append(t)
+
+    def copies(layer: str, src_device: str, device: str) -> float:
+        return sum(problem.copy_cost(t, src_device, device) for t in incoming.get(layer, []))
+
     devices = problem.devices
     best = {}
     back: list[dict[str, str | None]] = []
     for i, layer in enumerate(problem.layers):
-        t = incoming[layer]
         row, pointer = {}, {}
         for d in devices:
             node = problem.node_cost[(layer, d)]
             if i == 0:
-                row[d] = node + (problem.transfer_cost(problem.host, d, t.bytes) if d != problem.host else 0.0)
+                row[d] = node + copies(layer, problem.host, d)
                 pointer[d] = None
                 continue
-            options = {p: best[p] + (problem.transfer_cost(p, d, t.bytes) if p != d else 0.0) for p in devices}
+            options = {p: best[p] + copies(layer, p, d) for p in devices}
             p = min(options, key=options.get)
             row[d], pointer[d] = node + options[p], p
         best = row
         back.append(pointer)
-    out = next((t for t in problem.tensors if "output" in t.consumers), None)
-    final = {d: best[d] + (problem.transfer_cost(d, problem.host, out.bytes) if out and d != problem.host else 0.0)
-             for d in devices}
+    final = {d: best[d] + copies("output", d, problem.host) for d in devices}
     last = min(final, key=final.get)
     placement, d = {}, last
     for i in range(len(problem.layers) - 1, -1, -1):
@@ -124,7 +144,7 @@ def solve_two_devices(problem: Problem) -> Solution:
 
     a, b = problem.devices
     finite = [v for v in problem.node_cost.values() if math.isfinite(v)]
-    transfer_values = [problem.transfer_cost(x, y, t.bytes) for t in problem.tensors for x, y in ((a, b), (b, a))]
+    transfer_values = [problem.copy_cost(t, x, y) for t in problem.tensors for x, y in ((a, b), (b, a))]
     # scipy's max flow takes int32 capacities: all finite capacities together stay under 5e8
     # (so any finite cut is below `big`), a rounding of ~1e-9 of the total.
     scale = 5e8 / max(sum(finite) + sum(transfer_values), 1e-30)
@@ -149,12 +169,12 @@ def solve_two_devices(problem: Problem) -> Solution:
     for t in problem.tensors:
         src = "host" if t.src.startswith(HOST) else t.src
         consumers = ["host" if c == "output" else c for c in t.consumers]
-        # src on a, some consumer on b: pay a->b once (aux node between them)
-        add(src, aux, cap(problem.transfer_cost(a, b, t.bytes)))
+        # src on a, some consumer on b: pay a->b once (aux node between them); a gradient pays b->a
+        add(src, aux, cap(problem.copy_cost(t, a, b)))
         for c in consumers:
             add(aux, c, big)
-        # src on b, some consumer on a: pay b->a once
-        add(aux + 1, src, cap(problem.transfer_cost(b, a, t.bytes)))
+        # src on b, some consumer on a: pay b->a once (a gradient: a->b)
+        add(aux + 1, src, cap(problem.copy_cost(t, b, a)))
         for c in consumers:
             add(c, aux + 1, big)
         aux += 2
@@ -190,7 +210,7 @@ class _Rows:
 
 
 def _milp_variables(problem: Problem) -> dict[tuple, int]:
-    """x[l,d] = layer l on device d; z[t,s,d] = tensor t copied from s to d."""
+    """x[l,d] = layer l on device d; z[t,s,d] = tensor t made on s and read on d (a gradient: sent d to s)."""
     var: dict[tuple, int] = {}
     for l in problem.layers:
         for d in problem.devices:
@@ -217,7 +237,7 @@ def _milp_objective(problem: Problem, var: dict[tuple, int]) -> tuple[np.ndarray
         for s in problem.devices:
             for d in problem.devices:
                 if s != d:
-                    c[var[("z", ti, s, d)]] = problem.transfer_cost(s, d, t.bytes)
+                    c[var[("z", ti, s, d)]] = problem.copy_cost(t, s, d)
     return c, upper
 
 

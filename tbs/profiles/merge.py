@@ -5,8 +5,10 @@ host, a device is named ``host/device`` everywhere (``gpubox/gpu:0``); when they
 come from more than one Keras backend, the backend follows (``cpu:0 (tf)``,
 ``gpu:0 (jax)``), so one model's layers compare side by side across backends.
 Profiles that would give one device label twice (the same directory passed twice,
-say) are refused, as are profiles whose numbers do not compare: another mode, or
-the user's data against synthetic inputs. The merged profile is as finished as its
+say) are refused, as are profiles whose numbers do not compare: another mode, another
+loss or optimizer in training, or the user's data against synthetic inputs.
+``split_by_mode`` groups inference and training profiles first, so a report merges
+each mode on its own and compares the two. The merged profile is as finished as its
 least finished input, so the report says when one of them is interrupted.
 """
 
@@ -38,6 +40,12 @@ def _check_model(profiles: list[Profile]) -> None:
             )
 
 
+def _trained_with(profile: Profile, part: str) -> str | None:
+    """The loss's or the optimizer's name in a training profile (None where not recorded)."""
+    entry = (profile.metadata.get("training") or {}).get(part)
+    return entry.get("name") if isinstance(entry, dict) else None
+
+
 def _check_settings(profiles: list[Profile]) -> None:
     """Numbers taken with different measuring settings do not compare: refuse, naming the setting."""
     first = profiles[0]
@@ -45,6 +53,8 @@ def _check_settings(profiles: list[Profile]) -> None:
         pairs = [("mode", first.mode, other.mode)]
         if first.backend == other.backend:  # across backends the compiler differs by nature
             pairs.append(("xla", first.metadata.get("xla"), other.metadata.get("xla")))
+        if first.mode == other.mode == "training":  # an update's cost is the optimizer's, a loss row the loss's
+            pairs += [(part, _trained_with(first, part), _trained_with(other, part)) for part in ("optimizer", "loss")]
         for setting, mine, theirs in pairs:
             if mine is not None and theirs is not None and mine != theirs:
                 raise ProfileError(
@@ -105,6 +115,39 @@ def _merged_status(profiles: list[Profile]) -> str:
         if status is not None and status != ProfileStatus.COMPLETE:
             return str(status)
     return ProfileStatus.COMPLETE.value
+
+
+MODES = ("inference", "training")
+
+
+def split_by_mode(profiles: list[Profile]) -> dict[str, list[Profile]]:
+    """Profiles grouped by mode (inference first), each group in the order given.
+
+    ``tbs report`` merges each group on its own (``merge_profiles`` refuses mixed
+    modes) and, given both, renders inference against training.
+    """
+    groups: dict[str, list[Profile]] = {}
+    for mode in MODES + tuple(sorted({p.mode for p in profiles} - set(MODES))):
+        chosen = [p for p in profiles if p.mode == mode]
+        if chosen:
+            groups[mode] = chosen
+    return groups
+
+
+def merge_each_mode(profiles: list[Profile]) -> tuple[Profile, Profile | None]:
+    """The profile to report and the one to compare it with: training against inference when both are given.
+
+    With one mode, its profiles merged and None; with both, (training, inference), each merged.
+    """
+    groups = split_by_mode(profiles)
+    merged = {mode: merge_profiles(group) for mode, group in groups.items()}
+    if len(merged) > 2 or (len(merged) == 2 and set(merged) != set(MODES)):
+        raise ProfileError(f"profiles of modes {', '.join(merged)}: a report compares inference with training only")
+    if len(merged) == 2:
+        return merged["training"], merged["inference"]
+    if not merged:
+        raise ProfileError("no profile given")
+    return next(iter(merged.values())), None
 
 
 def merge_profiles(profiles: list[Profile]) -> Profile:

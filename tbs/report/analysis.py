@@ -66,3 +66,106 @@ def crossovers(table: pd.DataFrame) -> list[dict[str, object]]:
                               "between": (int(previous["batch_size"]), int(row["batch_size"]))})
             previous = row
     return found
+
+
+# ----- training profiles ------------------------------------------------------------------------
+
+PHASES = ("forward", "backward", "update")
+
+
+def phase_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Long form: one row per layer x device x batch x phase with seconds and USD per sample (NaN stays NaN).
+
+    A phase the layer does not have (0.0 in the profile) is kept as 0; a failed phase
+    (blank in the profile) stays NaN so it is drawn and summed as missing, never as 0.
+    """
+    rows = []
+    for phase in PHASES:
+        column = f"{phase}_s"
+        if column not in summary.columns or summary.empty:
+            continue
+        part = summary[["layer", "device", "batch_size", "status", "usd_per_hour", "phases"]].copy()
+        part["phase"] = phase
+        part["seconds_per_sample"] = pd.to_numeric(summary[column], errors="coerce") / summary["batch_size"]
+        part["usd_per_sample"] = usd_for_seconds(part["seconds_per_sample"], part["usd_per_hour"])
+        rows.append(part)
+    columns = ["layer", "device", "batch_size", "status", "usd_per_hour", "phases", "phase", "seconds_per_sample",
+               "usd_per_sample"]
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=columns)
+
+
+def step_check(summary: pd.DataFrame, model: pd.DataFrame, loss_layer: str) -> pd.DataFrame:
+    """Per device x batch: Σ of each phase over the layers, the loss, their total, and the whole train step.
+
+    ``model`` carries ``layers_sum_s`` (Σ of every row's median, the loss included); a
+    phase's Σ covers only the rows where it was measured (``layers_measured`` says how many rows).
+    """
+    out = []
+    for _, m in model.iterrows():
+        rows = summary[(summary["device"] == m["device"]) & (summary["batch_size"] == m["batch_size"])]
+        layers, loss = rows[rows["layer"] != loss_layer], rows[rows["layer"] == loss_layer]
+        sums = {f"{p}_sum_s": pd.to_numeric(layers[f"{p}_s"], errors="coerce").sum(min_count=1) for p in PHASES}
+        loss_s = pd.to_numeric(loss["median_s"], errors="coerce").sum(min_count=1)
+        whole = m.get("median_s")
+        total = m.get("layers_sum_s")
+        out.append({"device": m["device"], "batch_size": m["batch_size"], **sums, "loss_s": loss_s,
+                    "layers_sum_s": total, "layers_measured": m.get("layers_measured"), "rows": len(rows),
+                    "step_s": whole, "sum_over_step": total / whole if is_number(total) and is_number(whole)
+                    and whole else float("nan")})
+    return pd.DataFrame(out, columns=["device", "batch_size", *(f"{p}_sum_s" for p in PHASES), "loss_s",
+                                      "layers_sum_s", "layers_measured", "rows", "step_s", "sum_over_step"])
+
+
+def training_memory(summary: pd.DataFrame, layers: list[str]) -> pd.DataFrame:
+    """Per layer (model order): weights, optimizer slots and, per batch size, the residual activations.
+
+    Devices usually agree; where they do not, the largest is kept (what must fit), and
+    ``residual_unknown@B`` names the devices that did not say. Unknown stays NaN, never 0.
+    """
+    if summary.empty:
+        return pd.DataFrame(columns=["layer", "weight_bytes", "slot_bytes"])
+    numeric = summary.assign(**{c: pd.to_numeric(summary[c], errors="coerce")
+                                for c in ("weight_bytes", "slot_bytes", "residual_bytes")})
+    table = numeric.groupby("layer")[["weight_bytes", "slot_bytes"]].max()
+    for batch, rows in numeric.groupby("batch_size"):
+        table[f"residual_bytes@{batch}"] = rows.groupby("layer")["residual_bytes"].max()
+        unknown = rows[rows["residual_bytes"].isna()].groupby("layer")["device"].agg(lambda d: ", ".join(sorted(d)))
+        table[f"residual_unknown@{batch}"] = unknown.reindex(table.index).fillna("")
+    table = table.reindex([l for l in layers if l in table.index])
+    return table.rename_axis("layer").reset_index()
+
+
+def _best(cells: pd.DataFrame, objective: str) -> dict[str, object]:
+    result = winner(cells, objective)
+    column = "per_sample_s" if objective == "time" else "cost_per_sample_usd"
+    value = cells.set_index("device")[column].get(result["devices"][0]) if result["devices"] else None
+    return {**result, "value": value}
+
+
+def mode_differences(inference: pd.DataFrame, training: pd.DataFrame) -> pd.DataFrame:
+    """Per layer and batch size common to both: each mode's cheapest device, and whether they differ.
+
+    Compared by cost per sample where every usable cell of both modes has a price,
+    otherwise by time per sample (``by`` says which). Ties (overlapping confidence
+    intervals) count as a difference only when the two sets of best devices share none.
+    """
+    rows = []
+    common = set(inference["batch_size"].dropna().astype(int)) & set(training["batch_size"].dropna().astype(int))
+    order = list(dict.fromkeys(training["layer"]))
+    for layer in [l for l in order if l in set(inference["layer"])]:
+        for batch in sorted(common):
+            cells = {mode: frame[(frame["layer"] == layer) & (frame["batch_size"] == batch)
+                                 & frame["status"].isin(USABLE) & frame["per_sample_s"].notna()]
+                     for mode, frame in (("inference", inference), ("training", training))}
+            if any(c.empty for c in cells.values()):
+                continue
+            priced = all(c["cost_per_sample_usd"].notna().all() for c in cells.values())
+            objective = "cost" if priced else "time"
+            best = {mode: _best(c, objective) for mode, c in cells.items()}
+            differs = not set(best["inference"]["devices"]) & set(best["training"]["devices"])
+            rows.append({"layer": layer, "batch_size": batch, "by": objective,
+                         "inference": best["inference"]["label"], "inference_value": best["inference"]["value"],
+                         "training": best["training"]["label"], "training_value": best["training"]["value"],
+                         "differs": differs})
+    return pd.DataFrame(rows, columns=["layer", "batch_size", "by", "inference", "inference_value", "training",
+                                       "training_value", "differs"])

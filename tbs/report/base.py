@@ -9,17 +9,24 @@ from __future__ import annotations
 from tbs.errors import TbsError
 from tbs.place.recommend import Recommendation
 from tbs.profiles.profile import Profile
+from tbs.report import compare as side_by_side
 from tbs.report import console, html, json
+from tbs.units import is_number
 
 FORMATS = ("text", "html", "json", "csv")
 
 
 def render(profile: Profile | None, fmt: str = "text", recommendation: Recommendation | str | None = None,
-           samples: int | None = None) -> str:
+           samples: int | None = None, compare: Profile | None = None,
+           compare_recommendation: Recommendation | str | None = None) -> str:
     """``fmt`` is text (console tables), html (the self-contained report), json or csv (the per-layer rows).
 
     ``recommendation`` adds the placement (a str says why there is none); ``samples``
-    adds the cost of a workload of that many samples to the HTML summary.
+    adds the cost of a workload of that many samples (in training: of one epoch); by default
+    the dataset size the profile recorded (``tbs profile --samples``).
+    ``compare`` is the same model's profile in the other mode (inference against
+    training, either order): both views are rendered, with the layers whose cheapest
+    device differs between the modes; ``compare_recommendation`` is its placement.
     """
     if fmt not in FORMATS:
         raise TbsError(f"format '{fmt}' is not one of {', '.join(FORMATS)}")
@@ -28,11 +35,19 @@ def render(profile: Profile | None, fmt: str = "text", recommendation: Recommend
         if rec is None or fmt not in ("text", "json"):
             raise TbsError("render needs a profile (or a recommendation, as text or json)")
         return console.recommendation_text(rec) if fmt == "text" else json.render(None, rec)
+    if samples is None:  # the dataset size given to tbs profile --samples, if any
+        recorded = profile.metadata.get("samples")
+        samples = int(recorded) if is_number(recorded) and float(recorded) >= 1 else None
+    if compare is not None:
+        pair = side_by_side.pair(profile, compare, recommendation, compare_recommendation)
+        return {"html": lambda: side_by_side.render_html(pair, samples), "json": lambda: side_by_side.render_json(pair),
+                "csv": lambda: side_by_side.render_csv(pair), "text": lambda: side_by_side.render_text(pair, samples)
+                }[fmt]()
     if fmt == "html":
         return html.render(profile, samples, recommendation)
     if fmt == "json":
         return json.render(profile, rec)
     if fmt == "csv":
         return profile.summary.to_csv(index=False)
-    text = console.render(profile)
+    text = console.render(profile, samples)
     return text if rec is None else f"{text}\n\n{console.recommendation_text(rec)}"

@@ -81,7 +81,10 @@ def batch_table(profile: Profile, batch_size: int) -> str:
         rows.append(line)
     model = with_layer_sums(profile.summary, profile.model)
     model = model[model["batch_size"] == batch_size] if not model.empty else model
-    for label, column in (("Σ layers", "layers_sum_per_sample_s"), ("whole model", "per_sample_s")):
+    training = profile.mode == "training"
+    whole = "whole train step" if training else "whole model"
+    for label, column in (("Σ layers + loss" if training else "Σ layers", "layers_sum_per_sample_s"),
+                          (whole, "per_sample_s")):
         line = {"layer": label, "category": ""}
         for device in devices:
             cell = model[model["device"] == device] if not model.empty else model
@@ -94,7 +97,7 @@ def batch_table(profile: Profile, batch_size: int) -> str:
                 if measured < len(order):  # failed layers are not in the sum: say so
                     line[device] += f" ({measured} of {len(order)} layers)"
         rows.append(line)
-    header = f"batch {batch_size}: time per sample"
+    header = f"batch {batch_size}: {'train step (forward+backward+update) ' if training else ''}time per sample"
     if priced:
         header += " and cost per 1M samples"
     legend = ("* fastest  $ cheapest  (~ / ≈$: tied within confidence intervals)  [status] where not ok"
@@ -104,19 +107,65 @@ def batch_table(profile: Profile, batch_size: int) -> str:
     for _, m in (model.iterrows() if not model.empty else []):
         if is_number(m.get("median_s")):
             lines.append(
-                f"{m['device']}: whole model {format_seconds(m['median_s'])}/call; fixed costs apart: "
+                f"{m['device']}: {whole} {format_seconds(m['median_s'])}/call; fixed costs apart: "
                 f"dispatch {format_seconds(m.get('dispatch_overhead_s'))}/call, "
                 f"input copy {format_seconds(m.get('input_copy_s'))}, first call {format_seconds(m.get('first_call_s'))}"
             )
         else:
-            lines.append(f"{m['device']}: whole model {m.get('status')}: {m.get('reason')}")
+            lines.append(f"{m['device']}: {whole} {m.get('status')}: {m.get('reason')}")
     return "\n".join(lines)
 
 
-def render(profile: Profile) -> str:
-    """A table per batch size; what † means, once, at the end."""
+def _phase_cell(row: pd.Series) -> str:
+    """'fwd / bwd / upd' per sample; a failed phase '-', a phase the layer does not have '0'."""
+    parts = []
+    for phase in ("forward", "backward", "update"):
+        value = pd.to_numeric(pd.Series([row.get(f"{phase}_s")]), errors="coerce").iloc[0]
+        parts.append("-" if not is_number(value) else "0" if value == 0 else format_seconds(value / row["batch_size"]))
+    return " / ".join(parts)
+
+
+def phase_table(profile: Profile, batch_size: int) -> str:
+    """Training: per layer and device, forward / backward / update per sample."""
+    summary = profile.summary[profile.summary["batch_size"] == batch_size]
+    devices = sorted(summary["device"].unique())
+    rows = []
+    for layer in [l["name"] for l in profile.metadata.get("layers", [])]:
+        cells = summary[summary["layer"] == layer]
+        if cells.empty:
+            continue
+        phases = cells.iloc[0]["phases"]
+        line = {"layer": layer, "phases": phases if isinstance(phases, str) else ""}
+        for device in devices:
+            cell = cells[cells["device"] == device]
+            line[device] = "" if cell.empty else _phase_cell(cell.iloc[0])
+        rows.append(line)
+    return (f"batch {batch_size}: forward / backward / update per sample (-: failed, 0: no such phase)\n"
+            + pd.DataFrame(rows).to_string(index=False))
+
+
+def epoch_lines(profile: Profile, samples: int) -> list[str]:
+    """Training: the cost of one epoch of ``samples`` samples per device and batch (whole train steps)."""
+    model = profile.model
+    lines = []
+    for _, m in model.sort_values(["batch_size", "device"]).iterrows() if not model.empty else []:
+        measured = m.get("status") in MEASURED
+        cost = m.get("cost_per_sample_usd") if measured else None
+        time = format_seconds(m["per_sample_s"] * samples) if measured else str(m.get("status"))
+        lines.append(f"{m['device']} @ batch {int(m['batch_size'])}: one epoch of {samples:,} samples "
+                     f"{format_usd(cost * samples) if is_number(cost) else 'no price'} ({time})")
+    return lines
+
+
+def render(profile: Profile, samples: int | None = None) -> str:
+    """A table per batch size (training: and its phases); what † means, once, at the end."""
     batches = sorted(set(profile.summary["batch_size"].dropna().astype(int))) if not profile.summary.empty else []
-    text = "\n\n".join(batch_table(profile, b) for b in batches)
+    tables = [batch_table(profile, b) for b in batches]
+    if profile.mode == "training":
+        tables = [f"{t}\n\n{phase_table(profile, b)}" for t, b in zip(tables, batches)]
+        if samples:
+            tables.append("\n".join(epoch_lines(profile, samples)))
+    text = "\n\n".join(tables)
     if not profile.summary.empty and set(inactive_layers(profile)) & set(profile.summary["layer"]):
         text += "\n\n" + inactive_meaning(profile)
     return text
@@ -136,9 +185,12 @@ def recommendation_text(rec: Recommendation) -> str:
     layers["time / sample"] = layers.pop("seconds_per_sample").map(format_seconds)
     layers["cost / sample"] = layers.pop("usd_per_sample").map(format_usd)
     layers["transfer in"] = layers.pop("transfer_in_seconds_per_sample").map(format_seconds)
+    if "gradient_in_seconds_per_sample" in layers:
+        layers["gradient in"] = layers.pop("gradient_in_seconds_per_sample").map(format_seconds)
     gain = saving(rec)
+    mode = f"; {rec.mode_note}" if rec.mode == "training" else ""
     lines = [f"Placement for batch {batch}: minimise {rec.objective} ({rec.billing} billing), {rec.method}; "
-             "times predicted from the profile",
+             f"times predicted from the profile{mode}",
              layers.to_string(index=False), "", pd.DataFrame(comparison_table(rec)).to_string(index=False)]
     if gain:
         text = f"Saving against the best single device ({gain['best_single_device']}): {gain['saving_fraction']:.1%}"

@@ -38,6 +38,11 @@ class View:
     inactive: set[str] = field(default_factory=set)
     devices: list[str] = field(default_factory=list)
 
+    @property
+    def whole_name(self) -> str:
+        """What the ◆ measured: one compiled forward pass, or one compiled train step."""
+        return "whole train step" if self.mode == "training" else "whole model"
+
     def color(self, device: str) -> str:
         """The device's colour, the same in every figure (by its place among all the profile's devices)."""
         index = self.devices.index(device) if device in self.devices else len(self.devices)
@@ -102,9 +107,9 @@ def missing_cells(summary: pd.DataFrame, stack: pd.DataFrame, batch: int) -> dic
 
 
 def _device_label(device: str, total: float, whole: float | None, missing: list[str], layers: int,
-                  objective: str) -> str:
+                  objective: str, whole_name: str = "model") -> str:
     """Tick text: the device, Σ layers and the whole model, and how many layers the Σ covers."""
-    text = f"<b>{device}</b><br>Σ layers {fmt(total, objective)}  ◆ model {fmt(whole, objective)}"
+    text = f"<b>{device}</b><br>Σ layers {fmt(total, objective)}  ◆ {whole_name} {fmt(whole, objective)}"
     if missing:
         text += f"<br>only {layers - len(missing)} of {layers} layers measured"
     return text
@@ -114,7 +119,8 @@ def stacked_figure(stack: pd.DataFrame, whole: dict[str, float], missing: dict[s
                    batch: int, objective: str) -> go.Figure:
     """One horizontal bar per device, its layers stacked in model order; ◆ the whole model."""
     scale, totals = _scale(objective), stack.sum(axis=0, min_count=1)
-    labels = [_device_label(d, totals[d], whole.get(d), missing.get(d, []), len(stack.index), objective)
+    short = "step" if view.mode == "training" else "model"
+    labels = [_device_label(d, totals[d], whole.get(d), missing.get(d, []), len(stack.index), objective, short)
               for d in stack.columns]
     fig = go.Figure()
     for i, layer in enumerate(stack.index):
@@ -130,13 +136,13 @@ def stacked_figure(stack: pd.DataFrame, whole: dict[str, float], missing: dict[s
     gaps = [f"{d}: {len(m)} layer(s) not measured, left out of Σ ({', '.join(m[:4])}{', …' if len(m) > 4 else ''})"
             for d, m in missing.items() if m]
     fig.add_scatter(y=labels, x=[_none(whole.get(d, math.nan) * scale) for d in stack.columns], mode="markers",
-                    name="whole model (compiled)", marker=dict(symbol="diamond", size=14, color="#111",
+                    name=f"{view.whole_name} (compiled)", marker=dict(symbol="diamond", size=14, color="#111",
                                                                  line=dict(color="white", width=1.5)),
                     customdata=[[d, fmt(whole.get(d), objective), fmt(totals[d], objective)] for d in stack.columns],
-                    hovertemplate="<b>whole model</b> on %{customdata[0]}: %{customdata[1]} per sample"
+                    hovertemplate=f"<b>{view.whole_name}</b> on %{{customdata[0]}}: %{{customdata[1]}} per sample"
                                   "<br>Σ layers: %{customdata[2]}<extra></extra>")
     what = "time per sample" if objective == "time" else "cost per 1M samples"
-    title = f"Batch {batch}: {what}, layers stacked in model order (◆ = whole model)"
+    title = f"Batch {batch}: {what}, layers stacked in model order (◆ = {view.whole_name})"
     if len(stack.index) > MAX_LEGEND_LAYERS:
         title += ": hover a segment for its layer"
     fig.update_layout(barmode="stack", title=title + ("<br><sup>" + "; ".join(gaps) + "</sup>" if gaps else ""),
@@ -297,3 +303,44 @@ def scaling_figure(summary: pd.DataFrame, view: View, devices: list[str]) -> go.
 def batch_axis(batches: list[int]) -> dict:
     """A log batch-size axis labelled at the measured batch sizes only."""
     return dict(type="log", title="batch size", tickvals=list(batches), ticktext=[str(b) for b in batches])
+
+
+# The same in every figure, and darker than every device and layer colour, so a phase is never read as one.
+PHASE_COLORS = {"forward": "#1f3b73", "backward": "#a63603", "update": "#006d2c"}
+
+
+def phase_figure(phases: pd.DataFrame, view: View, devices: list[str], batch: int) -> go.Figure:
+    """Per layer and device, forward, backward and update stacked (time per sample, linear axis).
+
+    One trace per phase, so a phase keeps its colour everywhere; the x axis groups the
+    devices under each layer. A failed phase is left out (a gap, never 0) and named in the hover.
+    """
+    at = phases[(phases["batch_size"] == batch) & phases["device"].isin(devices)]
+    pairs = [(layer, d) for layer in view.layers for d in devices
+             if not at[(at["layer"] == layer) & (at["device"] == d)].empty]
+    values = at.set_index(["layer", "device", "phase"])["seconds_per_sample"]
+    fig = go.Figure()
+    for phase, color in PHASE_COLORS.items():
+        ys = [values.get((layer, d, phase)) for layer, d in pairs]
+        hover = []
+        for (layer, d), y in zip(pairs, ys):
+            known = [values.get((layer, d, p)) for p in PHASE_COLORS]
+            total = sum(v for v in known if is_number(v))
+            missing = [p for p, v in zip(PHASE_COLORS, known) if not is_number(v)]
+            share = f"{y / total:.0%} of its step" if is_number(y) and total else ""
+            hover.append(f"<b>{view.label(layer)}</b> on {d}, batch {batch}<br>{phase}: "
+                         + (f"{format_seconds(y)} per sample, {share}" if is_number(y) else "not measured (failed)")
+                         + (f"<br>missing: {', '.join(missing)}" if missing else ""))
+        fig.add_bar(name=phase, x=[[view.label(l) for l, _ in pairs], [d for _, d in pairs]],
+                    y=[_none(y) if is_number(y) else None for y in ys], marker_color=color,
+                    hovertext=hover, hovertemplate="%{hovertext}<extra></extra>")
+    seconds_axis = dict(title="seconds per sample (linear)", tickformat="~s", ticksuffix="s", rangemode="tozero")
+    share_axis = dict(title="share of the layer's train step (%)", tickformat="", ticksuffix="%", rangemode="tozero")
+    switch = [dict(label=label, method="relayout", args=[{"barnorm": norm, "yaxis": axis}])
+              for label, norm, axis in (("seconds", "", seconds_axis), ("% of each bar", "percent", share_axis))]
+    fig.update_layout(barmode="stack", title=f"Batch {batch}: each layer's train step per sample, by phase "
+                      "(devices side by side under each layer)", yaxis=seconds_axis,
+                      xaxis=dict(tickangle=-45), legend=dict(traceorder="normal"),
+                      updatemenus=[dict(type="buttons", direction="right", buttons=switch, x=1.0, xanchor="right",
+                                        y=1.03, yanchor="bottom", showactive=True, active=0, pad=dict(b=2))])
+    return fig

@@ -6,10 +6,7 @@ is adding a function to SECTIONS. Nothing here measures anything.
 
 from __future__ import annotations
 
-import html
 import json
-from dataclasses import dataclass
-from functools import cached_property
 from typing import Callable
 
 import pandas as pd
@@ -17,85 +14,15 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from tbs.place.recommend import Recommendation
-from tbs.profiles.profile import Profile, with_layer_sums
-from tbs.report.analysis import crossovers, winner, winners, with_intervals
+from tbs.profiles.profile import Profile
+from tbs.report import training
+from tbs.report.analysis import crossovers, winner, winners
 from tbs.report.console import INACTIVE_MARK, comparison_table, inactive_layers, training_command
-from tbs.report.figures import (View, batch_axis, heatmap_figure, layer_stack, missing_cells, scaling_figure, spread_figure,
+from tbs.report.figures import (batch_axis, heatmap_figure, layer_stack, missing_cells, scaling_figure, spread_figure,
                                 stacked_figure, whole_model)
-from tbs.schema import MEASURED, NOT_MEASURED, USABLE, ProfileStatus, Status
+from tbs.report.page import ReportData, esc as _esc, figure as _figure, table as _table
+from tbs.schema import MEASURED, NOT_MEASURED, USABLE, ProfileStatus
 from tbs.units import PER_MILLION, format_seconds, format_usd, is_number
-
-STATUS_COLORS = {Status.OK.value: "#2e7d32", Status.NOISY.value: "#b26a00", Status.OOM.value: "#c62828",
-                 Status.ERROR.value: "#c62828", Status.CPU_FALLBACK.value: "#6a1b9a",
-                 Status.UNSUPPORTED.value: "#546e7a"}
-
-
-@dataclass
-class ReportData:
-    """What every section reads; each derived frame is computed once per render (sections only read it)."""
-
-    profile: Profile
-    samples_workload: int | None = None
-    recommendation: Recommendation | str | None = None  # solved by the caller, or why there is none
-
-    @cached_property
-    def summary(self) -> pd.DataFrame:
-        return with_intervals(self.profile.summary)
-
-    @cached_property
-    def model(self) -> pd.DataFrame:
-        return with_layer_sums(self.profile.summary, self.profile.model)
-
-    @cached_property
-    def layers(self) -> list[str]:
-        return [l["name"] for l in self.profile.metadata.get("layers", [])]
-
-    @cached_property
-    def devices(self) -> list[str]:
-        return sorted(self.profile.summary["device"].dropna().unique()) if len(self.profile.summary) else []
-
-    @cached_property
-    def batches(self) -> list[int]:
-        return sorted({int(b) for b in self.profile.summary["batch_size"].dropna()})
-
-    @cached_property
-    def priced_devices(self) -> list[str]:
-        s = self.profile.summary
-        return sorted(s[s["usd_per_hour"].notna()]["device"].unique()) if len(s) else []
-
-    @cached_property
-    def view(self) -> View:
-        return View(self.layers, self.profile.mode, set(inactive_layers(self.profile)), self.devices)
-
-
-def _esc(value: object) -> str:
-    return html.escape("" if value is None else str(value))
-
-
-
-def _figure(fig: go.Figure) -> str:
-    """The page's defaults (height, margins, legend on top) where the figure did not set its own."""
-    own = {k: v for k, v in fig.layout.to_plotly_json().items() if k in ("height", "margin", "legend")}
-    fig.update_layout(template="plotly_white", margin=dict(l=60, r=20, t=50, b=60), height=460,
-                      legend=dict(orientation="h", y=1.08, x=0))
-    fig.update_layout(**own)
-    return fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False, "responsive": True})
-
-
-def _table(frame: pd.DataFrame, status_column: str | None = None) -> str:
-    head = "".join(f"<th>{_esc(c)}</th>" for c in frame.columns)
-    rows = []
-    for _, row in frame.iterrows():
-        cells = []
-        for column in frame.columns:
-            value = row[column]
-            style = ""
-            if column == status_column and value in STATUS_COLORS:
-                style = f' style="color:{STATUS_COLORS[value]};font-weight:600"'
-            cells.append(f"<td{style}>{_esc(value)}</td>")
-        rows.append("<tr>" + "".join(cells) + "</tr>")
-    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
-
 
 def _inactive_note(data: ReportData) -> str:
     """The one explanation of the † mark, naming the layers (nothing when none is inactive)."""
@@ -115,6 +42,11 @@ def section_summary(data: ReportData) -> str:
     meta = data.profile.metadata
     model = data.model
     lines = []
+    sums, ratio = (("Σ layers + loss / sample", "Σ / whole step") if data.training
+                   else ("Σ layers / sample", "Σ layers / whole"))
+    esc_adds_up = ("Σ / whole step near 1 means the layers' train steps and the loss add up to the compiled train "
+                   "step." if data.training else
+                   "Σ layers / whole near 1 means the per-layer numbers add up to the compiled model.")
     for batch in data.batches:
         rows = model[model["batch_size"] == batch] if len(model) else model
         for _, r in rows.iterrows():
@@ -126,9 +58,9 @@ def section_summary(data: ReportData) -> str:
                 "cost / sample": format_usd(cost) if is_number(cost) else "no price",
                 "cost / 1M samples": format_usd(cost * PER_MILLION) if is_number(cost) else "no price",
                 **({f"cost of {data.samples_workload:,} samples": workload} if data.samples_workload else {}),
-                "Σ layers / sample": format_seconds(r.get("layers_sum_per_sample_s")),
-                "Σ layers / whole": (f"{r['layers_sum_s'] / r['median_s']:.2f}" if is_number(r.get("layers_sum_s"))
-                                     and is_number(r.get("median_s")) and r["median_s"] else "-"),
+                sums: format_seconds(r.get("layers_sum_per_sample_s")),
+                ratio: (f"{r['layers_sum_s'] / r['median_s']:.2f}" if is_number(r.get("layers_sum_s"))
+                        and is_number(r.get("median_s")) and r["median_s"] else "-"),
             })
     best = []
     for batch in data.batches:
@@ -149,15 +81,17 @@ batch sizes {', '.join(map(str, data.batches))}.</p>
 <ul>{''.join(best)}</ul>
 {_table(pd.DataFrame(lines), 'status') if lines else '<p>No whole-model measurement.</p>'}
 <p class="note">Winners are declared only where confidence intervals do not overlap; otherwise the report says tie.
-Σ layers / whole near 1 means the per-layer numbers add up to the compiled model.</p>"""
+{esc_adds_up}</p>"""
 
 
 def section_where(data: ReportData) -> str:
     """Linear stacked bars per batch: a bar's length is the sum of its layers, ◆ the whole model."""
     view, model, parts = data.view, data.model, ['<h2 id="where">Where the time and the money go</h2>']
+    whole = ("one compiled train step of the whole model" if data.training
+             else "the whole model measured as one compiled call")
     parts.append('<p class="note">One bar per device; each segment is one layer\'s median time (or cost) per '
                  'sample on that device, in model order, on a linear axis: the bar\'s length is the sum of the '
-                 'layers (Σ). ◆ is the whole model measured as one compiled call; Σ above ◆ is what running the '
+                 f'layers (Σ). ◆ is {whole}; Σ above ◆ is what running the '
                  'layers one by one adds (dispatch, lost fusion). Only measured cells are summed.</p>')
     unpriced = [d for d in data.devices if d not in data.priced_devices]
     for batch in data.batches:
@@ -232,7 +166,8 @@ def section_model_cost(data: ReportData) -> str:
         fig.add_scatter(x=list(rows["batch_size"]), y=list(rows[what]), mode="lines+markers", name=device,
                         line=dict(color=data.view.color(device)),
                         hovertemplate=f"{device}<br>batch %{{x}}<br>%{{y:.3s}}<extra></extra>")
-    label = "whole model: cost per sample (USD)" if what == "cost_per_sample_usd" else "whole model: time per sample (s)"
+    whole = data.view.whole_name
+    label = f"{whole}: cost per sample (USD)" if what == "cost_per_sample_usd" else f"{whole}: time per sample (s)"
     fig.update_layout(title=label, xaxis=batch_axis(data.batches), yaxis=dict(type="log", title=label))
     marks = []
     cpu = frame[frame["device_kind"] == "cpu"]
@@ -251,7 +186,7 @@ def section_model_cost(data: ReportData) -> str:
     for column in ("dispatch_overhead_s", "input_copy_s", "first_call_s"):
         fixed[column] = fixed[column].map(format_seconds)
     fixed.columns = ["device", "batch", "dispatch / call", "input copy", "input bytes", "first call (trace+compile)"]
-    return (f'<h2 id="model">Whole model</h2>{_figure(fig)}<ul>{"".join(marks)}</ul>'
+    return (f'<h2 id="model">{whole.capitalize()}</h2>{_figure(fig)}<ul>{"".join(marks)}</ul>'
             f'<h3>Fixed costs, kept apart from layers</h3>{_table(fixed)}')
 
 
@@ -296,8 +231,9 @@ def section_placement(data: ReportData) -> str:
                                 mode="markers", marker=dict(size=11, symbol="diamond"), name=e.name)
         fig.update_layout(title=f"Cost–latency frontier at batch {batch}",
                           xaxis=dict(title="seconds per sample"), yaxis=dict(title="USD per 1M samples"))
+    mode = f" In {_esc(rec.mode_note)}." if rec.mode == "training" else ""
     return (f"{head}<p>Batch {batch}, minimising {objective} ({_esc(rec.billing)} billing), {_esc(rec.method)}; "
-            f"transfers between devices included. Predicted from the profile: check it with "
+            f"transfers between devices included.{mode} Predicted from the profile: check it with "
             f"<code>tbs recommend {_esc(data.profile.directory)} --verify</code>.</p>"
             f"{_table(pd.DataFrame(totals))}{_table(rows)}"
             + (_figure(fig) if rec.frontier else ""))
@@ -313,6 +249,11 @@ def section_cells(data: ReportData) -> str:
     s["cost / 1M"] = [format_usd(c * PER_MILLION) if is_number(c) else "no price" for c in s["cost_per_sample_usd"]]
     cols = ["layer", "layer_type", "category", "device", "batch_size", "status", "n", "time / sample",
             "IQR / sample", "cost / 1M", "reason"]
+    if data.training:  # the train step's parts; blank where a phase failed
+        for phase in ("forward", "backward", "update"):
+            s[f"{phase} / sample"] = [format_seconds(v / b) if is_number(v) else "" for v, b in
+                                      zip(pd.to_numeric(s[f"{phase}_s"], errors="coerce"), s["batch_size"])]
+        cols[7:7] = ["phases", "forward / sample", "backward / sample", "update / sample"]
     s["reason"] = [r if isinstance(r, str) else "" for r in s["reason"]]
     inactive = data.view.inactive
     s["reason"] = [f"{INACTIVE_MARK} inactive in {data.profile.mode}: passes its input through. {r}".strip()
@@ -368,13 +309,32 @@ nav a{margin-right:14px} code{white-space:nowrap}
 """
 
 
+def sections(data: ReportData) -> list[tuple[tuple[str, str], Callable[[ReportData], str]]]:
+    """Each section with its nav entry; a training profile's own sections follow the summary."""
+    pairs = list(zip(NAV, SECTIONS))
+    if data.training:
+        pairs = [((anchor, data.view.whole_name.capitalize() if anchor == "model" else text), section)
+                 for (anchor, text), section in pairs]
+        pairs[1:1] = list(zip(training.NAV, training.SECTIONS))
+    return pairs
+
+
+def body(data: ReportData) -> tuple[str, list[tuple[str, str]]]:
+    """The sections' HTML and the nav entries (anchor, text) that lead to them."""
+    chosen = sections(data)
+    return "\n".join(section(data) for _, section in chosen), [entry for entry, _ in chosen]
+
+
+def page(title: str, nav: list[tuple[str, str]], content: str) -> str:
+    """The self-contained page around ``content``: style, plotly.js inlined, a title and a nav bar."""
+    links = " ".join(f'<a href="#{anchor}">{_esc(text)}</a>' for anchor, text in nav)
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_esc(title)}</title>"
+            f"<style>{STYLE}</style><script type='text/javascript'>{get_plotlyjs()}</script></head>"
+            f"<body><h1>{_esc(title)}</h1><nav>{links}</nav>{content}</body></html>")
+
+
 def render(profile: Profile, samples_workload: int | None = None,
            recommendation: Recommendation | str | None = None) -> str:
     """The self-contained HTML page; ``recommendation`` is a solved placement, or why there is none."""
-    data = ReportData(profile, samples_workload, recommendation)
-    body = "\n".join(section(data) for section in SECTIONS)
-    title = f"tbs report: {profile.metadata.get('model', {}).get('name', '')}"
-    nav = " ".join(f'<a href="#{anchor}">{_esc(text)}</a>' for anchor, text in NAV)
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_esc(title)}</title>"
-            f"<style>{STYLE}</style><script type='text/javascript'>{get_plotlyjs()}</script></head>"
-            f"<body><h1>{_esc(title)}</h1><nav>{nav}</nav>{body}</body></html>")
+    content, nav = body(ReportData(profile, samples_workload, recommendation))
+    return page(f"tbs report: {profile.metadata.get('model', {}).get('name', '')}", nav, content)

@@ -7,7 +7,8 @@ from typing import Any
 
 from tbs.place.recommend import Evaluation, Recommendation, layer_rows, saving
 from tbs.profiles.profile import Profile, with_layer_sums
-from tbs.report.analysis import winners
+from tbs.report.analysis import step_check, winners
+from tbs.schema import LOSS_LAYER
 
 
 def _records(frame: Any) -> list[dict[str, Any]]:
@@ -16,7 +17,13 @@ def _records(frame: Any) -> list[dict[str, Any]]:
 
 def profile_dict(profile: Profile) -> dict[str, Any]:
     model = with_layer_sums(profile.summary, profile.model)
+    training = {}
+    if profile.mode == "training":  # what was trained, and the whole step against Σ phases + loss
+        training = {"training": profile.metadata.get("training"),
+                    "step_check": _records(step_check(profile.summary, model, LOSS_LAYER))}
     return {
+        "mode": profile.mode,
+        **training,
         "model": profile.metadata.get("model"),
         "devices": profile.metadata.get("devices"),
         "devices_missing": profile.metadata.get("devices_missing"),
@@ -37,6 +44,7 @@ def recommendation_dict(rec: Recommendation) -> dict[str, Any]:
     batch = rec.inputs.batch_size
     out = {
         "objective": rec.objective, "billing": rec.billing, "batch_size": batch, "method": rec.method,
+        **({"mode": rec.mode, "mode_note": rec.mode_note} if rec.mode == "training" else {}),
         "layers": layer_rows(rec),
         "recommended": _evaluation(rec.chosen, batch),
         "single_devices": [_evaluation(e, batch) for e in rec.single_devices],

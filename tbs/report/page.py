@@ -1,0 +1,96 @@
+"""What every HTML section shares: the report's data (derived once per render) and the HTML helpers.
+
+Kept apart from ``html`` (the inference sections and the page) so the training and
+comparison sections can use them too; nothing here measures or solves.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from functools import cached_property
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from tbs.place.recommend import Recommendation
+from tbs.profiles.profile import Profile, with_layer_sums
+from tbs.report.analysis import with_intervals
+from tbs.report.console import inactive_layers
+from tbs.report.figures import View
+from tbs.schema import Status
+
+STATUS_COLORS = {Status.OK.value: "#2e7d32", Status.NOISY.value: "#b26a00", Status.OOM.value: "#c62828",
+                 Status.ERROR.value: "#c62828", Status.CPU_FALLBACK.value: "#6a1b9a",
+                 Status.UNSUPPORTED.value: "#546e7a"}
+
+
+@dataclass
+class ReportData:
+    """What every section reads; each derived frame is computed once per render (sections only read it)."""
+
+    profile: Profile
+    samples_workload: int | None = None
+    recommendation: Recommendation | str | None = None  # solved by the caller, or why there is none
+
+    @cached_property
+    def summary(self) -> pd.DataFrame:
+        return with_intervals(self.profile.summary)
+
+    @cached_property
+    def model(self) -> pd.DataFrame:
+        return with_layer_sums(self.profile.summary, self.profile.model)
+
+    @cached_property
+    def layers(self) -> list[str]:
+        return [l["name"] for l in self.profile.metadata.get("layers", [])]
+
+    @cached_property
+    def devices(self) -> list[str]:
+        return sorted(self.profile.summary["device"].dropna().unique()) if len(self.profile.summary) else []
+
+    @cached_property
+    def batches(self) -> list[int]:
+        return sorted({int(b) for b in self.profile.summary["batch_size"].dropna()})
+
+    @cached_property
+    def priced_devices(self) -> list[str]:
+        s = self.profile.summary
+        return sorted(s[s["usd_per_hour"].notna()]["device"].unique()) if len(s) else []
+
+    @cached_property
+    def training(self) -> bool:
+        return self.profile.mode == "training"
+
+    @cached_property
+    def view(self) -> View:
+        return View(self.layers, self.profile.mode, set(inactive_layers(self.profile)), self.devices)
+
+
+def esc(value: object) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+
+def figure(fig: go.Figure) -> str:
+    """The page's defaults (height, margins, legend on top) where the figure did not set its own."""
+    own = {k: v for k, v in fig.layout.to_plotly_json().items() if k in ("height", "margin", "legend")}
+    fig.update_layout(template="plotly_white", margin=dict(l=60, r=20, t=50, b=60), height=460,
+                      legend=dict(orientation="h", y=1.08, x=0))
+    fig.update_layout(**own)
+    return fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False, "responsive": True})
+
+
+def table(frame: pd.DataFrame, status_column: str | None = None) -> str:
+    head = "".join(f"<th>{esc(c)}</th>" for c in frame.columns)
+    rows = []
+    for _, row in frame.iterrows():
+        cells = []
+        for column in frame.columns:
+            value = row[column]
+            style = ""
+            if column == status_column and value in STATUS_COLORS:
+                style = f' style="color:{STATUS_COLORS[value]};font-weight:600"'
+            cells.append(f"<td{style}>{esc(value)}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
