@@ -100,7 +100,8 @@ def _check_training_profile(p: tbs.Profile, leaves: set[str], optimizer: str = "
     assert len(measured) == len(rows), rows[["layer", "status", "reason"]]
     total = measured["forward_s"] + measured["backward_s"] + measured["update_s"]
     assert np.allclose(total, measured["median_s"], rtol=1e-6)
-    assert (measured["forward_s"] > 0).all()
+    # (a tiny layer at batch 4 can time as 0 once the harness's own cost is subtracted)
+    assert (measured["forward_s"] >= 0).all() and measured["forward_s"].sum() > 0
     loss = rows[rows["layer"] == LOSS_LAYER].iloc[0]
     assert loss["phases"] == "forward+backward" and loss["update_s"] == 0 and loss["category"] == "loss"
     model = p.model.iloc[0]

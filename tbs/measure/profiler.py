@@ -15,16 +15,18 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from tbs.capture.recorder import Capture, LayerCall, capture
+from tbs.capture.recorder import Capture, capture
 from tbs.errors import TbsError
 from tbs.measure import rows
 from tbs.measure import transfers
 from tbs.measure.eta import WorkEstimate
 from tbs.backends.base import Device
+from tbs.backends.host import available_memory_bytes
 from tbs.load.inputs import InputSpec, batch_arrays, structure_inputs
 from tbs.load.model import LoadedModel
 from tbs.load.training import TrainingSetup, fit_to_outputs
 from tbs.measure.rows import Cell
+from tbs.measure.inference import InferenceCells
 from tbs.measure.training import TrainingCells, gradient_plan, structure as training_structure
 from tbs.schema import LOSS_LAYER, MODEL_LAYER, CellKey, Phase, Status
 from tbs.backends.tensors import iter_tensors, replace_tensors, tensor_bytes
@@ -149,24 +151,6 @@ class Profiler:
         if device.name not in self.harnesses:
             self.harnesses[device.name] = device.harness(self.request.jit)
         return self.harnesses[device.name]
-
-    def _layer_runner(self, call: LayerCall, device: Device) -> Runner:
-        args, kwargs, r = call.args, call.kwargs, self.request
-
-        def invoke(*flat: Any) -> Any:
-            rebuilt = r.rebuild_fn((args, kwargs), list(flat))
-            return call.invoke(*rebuilt[0], **rebuilt[1])
-
-        return device.compile_blocked(invoke, r.tensors_fn((args, kwargs)), r.jit,
-                                      getattr(call.op, "variables", ()))
-
-    def _model_runner(self, model: Any, inputs: Any, device: Device) -> Runner:
-        r = self.request
-
-        def forward(*tensors: Any) -> Any:
-            return model(r.rebuild_fn(inputs, list(tensors)), training=r.training)
-
-        return device.compile_blocked(forward, r.tensors_fn(inputs), r.jit, model.variables)
 
     def _time_copy(self, device: Device, host_inputs: Any) -> float:
         times = []
@@ -313,46 +297,31 @@ class Profiler:
                        input_bytes: int, model_key: tuple) -> dict[tuple, Cell]:
         """The unmeasured cells of (batch, device), each with its programs and its row builder."""
         r = self.request
-        confidence = r.config.confidence
-        trainer = self._training_cells(device, cap, inputs) if r.training else None
+        cells = self._cells(device, cap, inputs)
         pending: dict[tuple, Cell] = {}
         for call in cap.calls:
             key = CellKey.of("layer", call.name, device.name, batch, r.mode)
-            if self.store.is_done(key):
-                continue
-            base = dict(self._base_row(device, batch), layer=call.name, layer_type=call.layer_type,
-                        category=call.category)
-            label = f"{call.name} on {device.name} @ batch {batch}"
-            if trainer is not None:
-                pending[key] = trainer.layer(call, label, base)
-            else:
-                pending[key] = Cell(label, base, (call.args, call.kwargs, call.outputs),
-                                    lambda call=call: {FORWARD: self._layer_runner(call, device)},
-                                    lambda m, call=call, base=base: rows.layer_row(call, device, base, m[FORWARD],
-                                                                                   confidence))
+            if not self.store.is_done(key):
+                base = dict(self._base_row(device, batch), layer=call.name, layer_type=call.layer_type,
+                            category=call.category)
+                pending[key] = cells.layer(call, f"{call.name} on {device.name} @ batch {batch}", base)
         loss_key = CellKey.of("layer", LOSS_LAYER, device.name, batch, r.mode)
-        if trainer is not None and not self.store.is_done(loss_key):
+        if isinstance(cells, TrainingCells) and not self.store.is_done(loss_key):
             base = dict(self._base_row(device, batch), layer=LOSS_LAYER, layer_type=r.training_setup.loss_name,
                         category="loss")
-            pending[loss_key] = trainer.loss(f"the loss on {device.name} @ batch {batch}", base)
+            pending[loss_key] = cells.loss(f"the loss on {device.name} @ batch {batch}", base)
         if not self.store.is_done(model_key):
-            base = self._base_row(device, batch)
             label = f"whole {'train step' if r.training else 'model'} on {device.name} @ batch {batch}"
-            if trainer is not None:
-                pending[model_key] = trainer.step(label, base, copy_seconds, input_bytes)
-            else:
-                model = r.model_on(device)
-                pending[model_key] = Cell(label, base, (inputs, cap.outputs),
-                                          lambda: {FORWARD: self._model_runner(model, inputs, device)},
-                                          lambda m: rows.model_row(base, m[FORWARD], copy_seconds, input_bytes,
-                                                                   confidence),
-                                          target="model", single_calls=rows.SINGLE_CALLS)
+            pending[model_key] = cells.step(label, self._base_row(device, batch), copy_seconds, input_bytes)
         return pending
 
-    def _training_cells(self, device: Device, cap: Capture, inputs: Any) -> TrainingCells:
+    def _cells(self, device: Device, cap: Capture, inputs: Any) -> InferenceCells | TrainingCells:
         r = self.request
-        return TrainingCells(device, r.training_setup, cap, inputs, r.model_on(device), r.jit, r.seed,
-                             r.config.confidence, r.tensors_fn, r.rebuild_fn)
+        common = (r.model_on(device), r.jit)
+        if r.training:
+            return TrainingCells(device, r.training_setup, cap, inputs, *common, r.seed, r.config.confidence,
+                                 r.tensors_fn, r.rebuild_fn)
+        return InferenceCells(device, cap, inputs, *common, r.config.confidence, r.tensors_fn, r.rebuild_fn)
 
     def _compile_cells(self, sampler: Interleaved, pending: dict[tuple, Cell], device: Device) -> dict[tuple, int]:
         """Compile and warm up each pending cell's programs; one that cannot run is recorded now and dropped.
@@ -434,15 +403,3 @@ class Profiler:
 
         self.progress.describe(f"sampling {total} cells on {device.name} @ batch {batch}")
         sampler.run(on_done=done, on_error=failed, on_round=round_done)
-
-
-def available_memory_bytes() -> int | None:
-    """MemAvailable from /proc/meminfo (None where unknown)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None

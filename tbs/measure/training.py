@@ -23,6 +23,7 @@ from tbs.backends.tensors import dtype_name, iter_tensors
 from tbs.capture.recorder import Capture, LayerCall
 from tbs.load.training import TrainingSetup
 from tbs.measure import rows
+from tbs.measure.inference import invoker
 from tbs.measure.stats import Summary
 from tbs.measure.timing import Measurement, Runner
 from tbs.schema import LOSS_LAYER, Phase, Status
@@ -136,16 +137,12 @@ class TrainingCells:
         return rows.Cell(label, base, data, programs, build)
 
     def layer(self, call: LayerCall, label: str, base: dict[str, Any]) -> rows.Cell:
-        structure_ = (call.args, call.kwargs)
         wanted = self.plan[call.name]
 
-        def invoke(*flat: Any) -> Any:
-            args, kwargs = self.rebuild_fn(structure_, list(flat))
-            return call.invoke(*args, **kwargs)
-
         def compile() -> TrainingPrograms:
-            return self.device.training_programs(invoke, self.tensors_fn(structure_), getattr(call.op, "variables", ()),
-                                                 wanted, self.setup.make_optimizer, self.jit, self.seed)
+            return self.device.training_programs(invoker(call, self.rebuild_fn), self.tensors_fn((call.args, call.kwargs)),
+                                                 getattr(call.op, "variables", ()), wanted, self.setup.make_optimizer,
+                                                 self.jit, self.seed)
 
         return self._cell(label, base, (call.args, call.kwargs, call.outputs), compile, sum(wanted), call)
 
