@@ -271,3 +271,24 @@ def test_report_shows_an_inference_and_a_training_profile_side_by_side(tmp_path:
     assert "Inference against training" in page and "cheapest device differs" in page
     text = CliRunner().invoke(cli, ["report", str(tmp_path / "t"), str(tmp_path / "i")])
     assert text.exit_code == 0 and "embedding" in text.output
+
+
+def test_a_training_group_too_big_for_memory_is_sampled_in_chunks_and_a_cell_that_cannot_fit_is_oom() -> None:
+    from types import SimpleNamespace
+
+    from tbs.measure.training import memory_chunks
+    from tbs.schema import CellKey
+
+    calls = [SimpleNamespace(name=f"l{i}", input_bytes=100, output_bytes=100) for i in range(4)]  # 600 bytes each
+    cap = SimpleNamespace(calls=calls)
+    keys = [CellKey.of("layer", c.name, "cpu:0", 8, "training") for c in calls]
+    step = CellKey.of("model", "(model)", "cpu:0", 8, "training")
+    pending = {k: object() for k in keys + [step]}
+    chunks, too_big = memory_chunks(pending, cap, step, free_bytes=None)
+    assert chunks == [pending] and not too_big  # memory unknown: one chunk, as in inference
+    chunks, too_big = memory_chunks(pending, cap, step, free_bytes=2800, step_factor=1.0)  # step: 800 bytes
+    assert not too_big and list(chunks[0])[0] == step  # the step first
+    assert all(sum(800 if k == step else 600 for k in c) <= 1400 or len(c) == 1 for c in chunks)
+    assert sorted(k for c in chunks for k in c) == sorted(pending) and len(chunks) == 3
+    chunks, too_big = memory_chunks(pending, cap, step, free_bytes=2800, step_factor=4.0)  # step: 3200 bytes
+    assert list(too_big) == [step] and step not in [k for c in chunks for k in c]

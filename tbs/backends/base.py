@@ -62,6 +62,9 @@ class Device(ABC):
 
     backend: str = ""  # set by each backend's Device
     backward_method: str = ""  # how a training profile's backward phase is timed on this backend
+    # Memory a whole train step takes while it runs, per byte of its calls' tensors (inputs and
+    # outputs): how much of a training group fits at once. Conservative unless measured.
+    train_step_memory_factor: float = 4.0
 
     def __init__(self, kind: str, index: int, description: str = "", memory_bytes: int | None = None) -> None:
         self.kind = kind  # "cpu" | "gpu" | "tpu"

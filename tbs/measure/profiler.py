@@ -27,7 +27,7 @@ from tbs.load.model import LoadedModel
 from tbs.load.training import TrainingSetup, fit_to_outputs
 from tbs.measure.rows import Cell
 from tbs.measure.inference import InferenceCells
-from tbs.measure.training import TrainingCells, gradient_plan, structure as training_structure
+from tbs.measure.training import TrainingCells, gradient_plan, memory_chunks, structure as training_structure
 from tbs.schema import LOSS_LAYER, MODEL_LAYER, CellKey, Phase, Status
 from tbs.backends.tensors import iter_tensors, replace_tensors, tensor_bytes
 from tbs.measure.timing import Interleaved, Interrupted, Measurement, Runner, Timer, TimingConfig
@@ -354,21 +354,36 @@ class Profiler:
 
     def _measure_group(self, device: Device, batch: int, cap: Capture, inputs: Any, copy_seconds: float,
                        input_bytes: int, model_key: tuple) -> None:
-        """Compile every unmeasured cell of (batch, device), then sample them all in rounds."""
-        sampler = Interleaved(self.timer, self._harness(device))
+        """Compile every unmeasured cell of (batch, device), then sample them all in rounds.
+
+        A training group whose programs would not fit in memory together is sampled in chunks,
+        the whole train step with the first (each chunk's memory is freed before the next).
+        """
         pending = self._pending_cells(device, batch, cap, inputs, copy_seconds, input_bytes, model_key)
         self.eta.begin_group(pending)
-        try:
-            phases = self._compile_cells(sampler, pending, device)
-            self._sample(sampler, pending, phases, device, batch)
-        finally:
-            for restore in self.restorers:  # a timed train step changed the model's weights: put them back
-                restore()
-            self.restorers.clear()
+        free = available_memory_bytes() if self.request.training and device.kind == "cpu" else None
+        chunks, too_big = memory_chunks(pending, cap, model_key, free, device.train_step_memory_factor)
+        for key, need in too_big.items():
+            gib = f"{need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB is available" if free else ""
+            self._save(key, rows.failed_row(pending[key].base, MemoryError(
+                f"out of memory: its training programs need about {gib}")), [], pending[key].label)
+        for chunk in chunks:
+            sampler = Interleaved(self.timer, self._harness(device))
+            try:
+                phases = self._compile_cells(sampler, chunk, device)
+                self._sample(sampler, chunk, phases, device, batch)
+            finally:
+                for restore in self.restorers:  # a timed train step changed the model's weights: put them back
+                    restore()
+                self.restorers.clear()
+            chunk.clear()  # the chunk's programs and the residuals they hold go before the next is compiled
+            gc.collect()
         self.eta.end_group()
         overhead = sampler.overhead
         self.store.metadata.setdefault("harness_overhead", {})[f"{device.name}@{batch}"] = {
             "per_call_s": overhead.per_call_seconds, "per_iteration_s": overhead.per_iteration_seconds}
+        if len(chunks) > 1:
+            self.store.metadata.setdefault("sampled_in_chunks", {})[f"{device.name}@{batch}"] = len(chunks)
         self.store.update_metadata()
 
     def _sample(self, sampler: Interleaved, pending: dict[tuple, Cell], phases: dict[tuple, int],

@@ -175,3 +175,33 @@ class TrainingCells:
         return rows.Cell(label, base, (inputs, self.cap.outputs), programs, build, target="model",
                          single_calls=rows.SINGLE_CALLS)
 
+
+
+def memory_chunks(pending: dict[tuple, rows.Cell], cap: Capture, model_key: tuple, free_bytes: float | None,
+                  step_factor: float = 4.0) -> tuple[list[dict[tuple, rows.Cell]], dict[tuple, float]]:
+    """Split a group's cells so each chunk's programs fit in half the free memory together.
+
+    A layer's training programs hold about three times its tensors (the residuals its
+    backward keeps, a cotangent, the gradients); a whole train step ``step_factor`` times every
+    call's tensors while it runs (the backend's ``Device.train_step_memory_factor``). The
+    step goes in the first chunk. A cell that alone would need more than 80% of the free
+    memory is returned apart with its estimate: it is recorded as out of memory, since the
+    OS would kill the whole run. Without a figure for free memory everything is one chunk.
+    """
+    if free_bytes is None:
+        return [dict(pending)], {}
+    sizes = {c.name: 3 * (c.input_bytes + c.output_bytes) for c in cap.calls}
+    tensors = sum(c.input_bytes + c.output_bytes for c in cap.calls)
+    need = {key: (step_factor * tensors if key == model_key else sizes.get(key[1], 0)) for key in pending}
+    too_big = {key: need[key] for key in pending if need[key] > 0.8 * free_bytes}
+    chunks: list[dict[tuple, rows.Cell]] = [{}]
+    used = 0.0
+    for key in sorted(pending, key=lambda k: k != model_key):  # the step first
+        if key in too_big:
+            continue
+        if chunks[-1] and used + need[key] > 0.5 * free_bytes:
+            chunks.append({})
+            used = 0.0
+        chunks[-1][key] = pending[key]
+        used += need[key]
+    return chunks, too_big
