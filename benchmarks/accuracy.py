@@ -44,6 +44,7 @@ MODELS = ["cnn_flowers", "lm_imdb", "rnn_mnist", "lstm_sunspots", "nn_twins", "r
 BATCHES = [32, 512]
 SEED_TRIALS = 10
 BACKENDS = ("tensorflow", "jax")
+ROWS = Path(__file__).resolve().parent / "rows"  # each backend's last rows, as measured
 
 
 def seed_method_sum(model, batch: int, device) -> float:
@@ -149,6 +150,8 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None, help=argparse.SUPPRESS)  # one backend, for the driver
     parser.add_argument("--out", type=Path, default=None, help="also write the table (markdown) here")
     parser.add_argument("--training", action="store_true", help="profile training: phases + loss vs the train step")
+    parser.add_argument("--reuse", action="append", default=[], choices=BACKENDS,
+                        help="take this backend's rows from its last run (benchmarks/rows/) instead of measuring")
     args = parser.parse_args()
     models, batches = args.models.split(","), [int(b) for b in args.batch.split(",")]
     if args.json:
@@ -160,12 +163,13 @@ def main() -> int:
         if installed(backend):
             print(f"skipping {backend}: {installed(backend)}", file=sys.stderr)
             continue
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "rows.json"
-            subprocess.run([sys.executable, __file__, "--backend", backend, "--json", str(out),
+        saved = ROWS / f"{'training' if args.training else 'inference'}-{backend}.json"
+        if backend not in args.reuse:  # each backend in its own process; its rows are kept in benchmarks/rows/
+            saved.parent.mkdir(exist_ok=True)
+            subprocess.run([sys.executable, __file__, "--backend", backend, "--json", str(saved),
                             "--models", args.models, "--batch", args.batch] + (["--training"] if args.training else []),
                            check=True)
-            found = json.loads(out.read_text())
+        found = json.loads(saved.read_text())
         results[backend], versions[backend] = found["rows"], found["versions"]
     text = table(results, versions, args.training)
     print(text)
