@@ -97,7 +97,8 @@ def training_row(base: dict[str, Any], parts: dict[str, Measurement], programs: 
                 status=Status.NOISY.value if noisy else Status.OK.value, reason=notes,
                 phases="+".join(phases), forward_s=forward.median_s, backward_s=backward_s, update_s=update_s,
                 weight_bytes=programs.weight_bytes, slot_bytes=programs.slot_bytes,
-                residual_bytes=programs.residual_bytes, grad_inputs=grad_inputs)
+                # No backward keeps nothing alive (0, not unknown); blank where the program does not say.
+                residual_bytes=0 if programs.backward is None else programs.residual_bytes, grad_inputs=grad_inputs)
 
 
 def phase_runners(programs: TrainingPrograms) -> dict[str, Runner]:

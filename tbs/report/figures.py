@@ -331,7 +331,9 @@ def phase_figure(phases: pd.DataFrame, view: View, devices: list[str], batch: in
             hover.append(f"<b>{view.label(layer)}</b> on {d}, batch {batch}<br>{phase}: "
                          + (f"{format_seconds(y)} per sample, {share}" if is_number(y) else "not measured (failed)")
                          + (f"<br>missing: {', '.join(missing)}" if missing else ""))
-        fig.add_bar(name=phase, x=[[view.label(l) for l, _ in pairs], [d for _, d in pairs]],
+        labels = [view.label(l) for l, _ in pairs]
+        one_device = len({d for _, d in pairs}) == 1  # a plain axis: long layer names rotate instead of overlapping
+        fig.add_bar(name=phase, x=labels if one_device else [labels, [d for _, d in pairs]],
                     y=[_none(y) if is_number(y) else None for y in ys], marker_color=color,
                     hovertext=hover, hovertemplate="%{hovertext}<extra></extra>")
     seconds_axis = dict(title="seconds per sample (linear)", tickformat="~s", ticksuffix="s", rangemode="tozero")
