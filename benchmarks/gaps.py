@@ -2,6 +2,7 @@
 
     python benchmarks/gaps.py lm_imdb                  # TensorFlow, batch 512
     python benchmarks/gaps.py cnn_flowers --batch 512  # JAX
+    python benchmarks/gaps.py lstm --batch 512         # JAX training: one LSTM's step, together and apart
 
 Each program is a blocked, compiled runner built by the backend's Device (the same
 harness as a profile), and all of them are sampled in one interleaved run so drift hits
@@ -69,14 +70,60 @@ def cold_embedding(calls: dict[str, Any]) -> dict[str, Program]:
             "cache eviction, then embedding": (evict_then_embed, ids, list(embedding.op.variables))}
 
 
+def lstm_step(batch: int) -> None:
+    """JAX: an LSTM(64) over 60 steps, its train step compiled as one program against its halves apart.
+
+    Best of 20 calls each, ``jax.jit`` and ``block_until_ready`` (no tbs harness: plain JAX).
+    """
+    import time
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    keras = backends.keras()
+    lstm = keras.layers.LSTM(64)
+    lstm.build((None, 60, 1))
+    weights, state = [v.value for v in lstm.trainable_variables], [v.value for v in lstm.non_trainable_variables]
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.random((batch, 60, 1), dtype=np.float32))
+    g = jnp.asarray(rng.random((batch, 64), dtype=np.float32))
+
+    def forward(w: Any, x: Any) -> Any:
+        return lstm.stateless_call(w, state, x)[0]
+
+    forward_saving = jax.jit(lambda w, x: jax.vjp(forward, w, x))
+    saved = forward_saving(weights, x)[1]
+    backward = jax.jit(lambda vjp, g: vjp(g))
+    programs = {
+        "train step: value_and_grad, one program": (jax.jit(jax.value_and_grad(lambda w, x: jnp.sum(forward(w, x) * g))),
+                                                     (weights, x)),
+        "forward alone": (jax.jit(forward), (weights, x)),
+        "forward saving residuals (jax.vjp)": (forward_saving, (weights, x)),
+        "backward from saved residuals": (backward, (saved, g)),
+    }
+    print(f"LSTM(64), 60 steps, batch {batch}, JAX CPU; best of 20 calls, ms\n")
+    for name, (fn, args) in programs.items():
+        jax.block_until_ready(fn(*args))
+        best = float("inf")
+        for _ in range(20):
+            start = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            best = min(best, time.perf_counter() - start)
+        print(f"| {name} | {best * 1e3:.1f} |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", choices=sorted(CHAINS))
+    parser.add_argument("model", choices=sorted(CHAINS) + ["lstm"])
     parser.add_argument("--batch", type=int, default=512)
     args = parser.parse_args()
-    backend = BACKEND[args.model]
+    backend = BACKEND.get(args.model, "jax")
     os.environ["KERAS_BACKEND"] = backend
     backends.choose(backend)
+    if args.model == "lstm":
+        lstm_step(args.batch)
+        return 0
     import tempfile
 
     from tbs.capture.recorder import capture
