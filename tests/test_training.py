@@ -292,3 +292,20 @@ def test_a_training_group_too_big_for_memory_is_sampled_in_chunks_and_a_cell_tha
     assert sorted(k for c in chunks for k in c) == sorted(pending) and len(chunks) == 3
     chunks, too_big = memory_chunks(pending, cap, step, free_bytes=2800, step_factor=4.0)  # step: 3200 bytes
     assert list(too_big) == [step] and step not in [k for c in chunks for k in c]
+
+
+def test_a_training_profile_resumes_without_measuring_finished_cells_again(tmp_path: Path) -> None:
+    model = keras.Sequential([keras.Input((6,)), layers.Dense(8, name="d"), layers.Dense(3, name="head")], name="r")
+    first = tbs.profile(model, [4], training=True, timing=FAST_TIMING, progress=None, report=False,
+                        out=tmp_path / "p")
+    done = first.summary.copy()
+    finished = tbs.profile(model, [4, 8], training=True, timing=FAST_TIMING, progress=None, report=False,
+                           out=tmp_path / "p", resume=True)
+    assert sorted(finished.summary["batch_size"].unique()) == [4, 8]
+    again = finished.summary[finished.summary["batch_size"] == 4].reset_index(drop=True)
+    pd.testing.assert_frame_equal(done.reset_index(drop=True)[again.columns], again, check_dtype=False)
+    assert set(finished.summary[finished.summary["batch_size"] == 8]["layer"]) == {"d", "head", LOSS_LAYER}
+    assert len(finished.model) == 2
+    with pytest.raises(TbsError, match="training"):  # another optimizer changes what the numbers mean
+        tbs.profile(model, [4, 16], training=True, optimizer="sgd", timing=FAST_TIMING, progress=None,
+                    report=False, out=tmp_path / "p", resume=True)

@@ -11,6 +11,7 @@ loss expects (class ids, one-hot rows, 0/1 labels or real values).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +54,7 @@ class TrainingSetup:
 
     def make_optimizer(self) -> Any:
         """A fresh, unbuilt optimizer (one per timed program, so no two share slots)."""
-        return _keras().optimizers.deserialize(self.optimizer_config)
+        return _keras().optimizers.deserialize(copy.deepcopy(self.optimizer_config))  # it edits what it is given
 
     def loss(self, targets: list[Any], outputs: Any) -> Any:
         """The scalar loss of the model's (flat) outputs against their targets."""
@@ -88,7 +89,7 @@ class TrainingSetup:
         if "serialized" not in loss or "serialized" not in optimizer:
             raise TbsError("this training profile does not record its loss and optimizer in full "
                            "(measured by an older tbs); profile it again to verify it")
-        return cls([keras.losses.deserialize(l) for l in loss["serialized"]], loss.get("source", ""),
+        return cls([keras.losses.deserialize(copy.deepcopy(l)) for l in loss["serialized"]], loss.get("source", ""),
                    optimizer["serialized"], optimizer.get("source", ""))
 
 
@@ -147,6 +148,14 @@ def _compiled_losses(model: Any, outputs: list[Any]) -> list[Any] | None:
     return [_get_loss(compiled, "the model's compiled loss")] * len(outputs)
 
 
+def _serialized(optimizer: Any) -> dict[str, Any]:
+    """The optimizer's config without its instance name (Keras numbers them: adam, adam_1, ...)."""
+    config = _keras().optimizers.serialize(optimizer)
+    config.get("config", {}).pop("name", None)
+    config["class_name"] = type(optimizer).__name__  # serialize() gives "adam" or "Adam" depending on history
+    return config
+
+
 def _optimizer(model: Any, optimizer: str | None) -> tuple[dict[str, Any], str]:
     keras = _keras()
     if optimizer is not None:
@@ -155,11 +164,11 @@ def _optimizer(model: Any, optimizer: str | None) -> tuple[dict[str, Any], str]:
         except (ValueError, TypeError):
             raise TbsError(f"--optimizer: unknown optimizer '{optimizer}'; give a Keras optimizer name such as "
                            "adam, sgd, rmsprop or adamw") from None
-        return keras.optimizers.serialize(built), "--optimizer"
+        return _serialized(built), "--optimizer"
     compiled = getattr(model, "optimizer", None)
     if compiled is not None and getattr(model, "compiled", False):
-        return keras.optimizers.serialize(compiled), "model.compile"
-    return keras.optimizers.serialize(keras.optimizers.get(STAND_IN_OPTIMIZER)), "stand-in"
+        return _serialized(compiled), "model.compile"
+    return _serialized(keras.optimizers.get(STAND_IN_OPTIMIZER)), "stand-in"
 
 
 def resolve(model: Any, loss: str | None = None, optimizer: str | None = None) -> TrainingSetup:

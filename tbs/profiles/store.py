@@ -121,8 +121,9 @@ class ProfileStore:
             )
         for setting in MEASUREMENT_SETTINGS:
             if setting in old.metadata and setting in metadata and old.metadata[setting] != metadata[setting]:
+                was = _describe(setting, old.metadata[setting])
                 raise ProfileError(
-                    f"--resume: {setting} differs from the unfinished profile's ({old.metadata[setting]!r}); "
+                    f"--resume: {setting} differs from the unfinished profile's ({was}); "
                     f"resume with the same options, or use --out for a new profile"
                 )
         # Failed cells are tried again: an OOM or error may not recur.
@@ -184,6 +185,14 @@ class ProfileStore:
 
     def finish(self, status: ProfileStatus | str) -> None:
         self.update_metadata(status=str(status))
+
+
+def _describe(setting: str, value: Any) -> str:
+    """A setting as one short phrase (a training setup by its loss and optimizer, not its whole config)."""
+    if setting == "training" and isinstance(value, dict):
+        return (f"loss {value.get('loss', {}).get('name')}, optimizer {value.get('optimizer', {}).get('name')} "
+                f"{value.get('optimizer', {}).get('config', {})}")
+    return repr(value)
 
 
 def finalize(store: ProfileStore) -> Profile:
