@@ -65,12 +65,14 @@ def test_dense_backward_costs_about_twice_the_forward(cpu):
     Its two matmuls (d/dx, d/dkernel) are twice the forward's FLOPs, but they do not depend on
     each other: with a second core free TensorFlow runs them at once, so on a 2-core CPU the
     backward takes 1x-2.3x the forward. The harness's per-iteration cost is taken off the forward.
+    A pruned gradient, the trap this pins, would leave a ratio near 0.
     """
     p = _programs(cpu, layers.Dense(256), [_floats(64, 256)], [True])
     assert p.backward_includes_forward
     harness, forward, both = _best_per_call([cpu.harness(False), p.forward, p.backward])
     ratio = (both - forward) / (forward - harness)
-    assert 0.75 <= ratio <= 4.0, (harness, forward, both)
+    # (wide bounds: a shared 2-core machine moves this ratio; a pruned gradient gives ~0)
+    assert 0.4 <= ratio <= 6.0, (harness, forward, both)
 
 
 def test_nothing_to_differentiate_gives_no_backward_and_no_update(cpu):

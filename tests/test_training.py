@@ -159,6 +159,12 @@ pure = _pure(lambda t: drop(t, training=True), [], list(drop.variables), lambda 
 state = [v.value for v in drop.variables]
 _, new_state = pure([], state, np.ones((8, 8), "float32"))
 out["seed_advances"] = bool(np.any(np.asarray(new_state[0]) != np.asarray(state[0])))
+import tbs  # the profile and its split-step verification, in the same process (one JAX start-up)
+timing = tbs.TimingConfig(min_samples=3, cell_budget_seconds=0.05, min_block_seconds=0.001, min_span_seconds=0.0)
+p = tbs.profile(sys.argv[1], [4], devices=["cpu:0"], training=True, timing=timing, progress=None, report=False,
+                out=sys.argv[2])
+verification = tbs.verify(p, tbs.recommend(p, "time"))
+out["verified"] = [verification.placed_right, verification.layers, len(verification.results)]
 print("RESULT" + json.dumps(out))
 '''
 
@@ -167,14 +173,22 @@ def _jax(*args: str, script: str | None = None, backend: str = "jax") -> subproc
     if backend == "jax":
         pytest.importorskip("jax", reason="JAX is not installed (pip install 'tbs[jax]')")
     env = dict(os.environ, PYTHONPATH=str(ROOT), KERAS_BACKEND=backend, TBS_LOGICAL_CPUS="2")
-    command = [sys.executable, "-c", script] if script else [sys.executable, "-m", "tbs", *args]
+    command = [sys.executable, "-c", script, *args] if script else [sys.executable, "-m", "tbs", *args]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
 
 
-def test_jax_backward_scales_with_its_work_and_is_never_hoisted() -> None:
-    done = _jax(script=JAX_SCRIPT)
+@pytest.fixture(scope="module")
+def jax_training(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    """One JAX process: the backend's phase programs on a Dense layer, then a training profile and its --verify."""
+    directory = tmp_path_factory.mktemp("jax_training")
+    model = _pickle(branchy_model(), directory / "branchy.pkl")
+    done = _jax(str(model), str(directory / "p"), script=JAX_SCRIPT)
     assert done.returncode == 0, done.stderr[-2000:]
-    out = json.loads(done.stdout.split("RESULT", 1)[1])
+    return json.loads(done.stdout.split("RESULT", 1)[1]), directory / "p"
+
+
+def test_jax_backward_scales_with_its_work_and_is_never_hoisted(jax_training: tuple[dict, Path]) -> None:
+    out = jax_training[0]
     small, big = out["32"], out["512"]
     # Hoisted out of the loop, a backward would time as ~0 and not grow with the batch.
     assert big["backward"] > 4 * small["backward"]
@@ -184,19 +198,14 @@ def test_jax_backward_scales_with_its_work_and_is_never_hoisted() -> None:
     assert out["relu"] and out["seed_advances"]
 
 
-def test_a_training_profile_on_jax_through_the_cli_is_verified_as_a_split_train_step(tmp_path: Path) -> None:
-    model = _pickle(branchy_model(), tmp_path / "branchy.pkl")
-    done = _jax("profile", str(model), "--training", "--backend", "jax", "--batch", "4", "--out",
-                str(tmp_path / "p"), "--devices", "cpu:0", *FAST)
-    assert done.returncode == 0, done.stderr[-2000:]
-    p = tbs.load(tmp_path / "p")
+def test_a_training_profile_on_jax_is_verified_as_a_split_train_step(jax_training: tuple[dict, Path]) -> None:
+    out, directory = jax_training
+    p = tbs.load(directory)
     _check_training_profile(p, {"augment/random_flip", "augment/rescaling", "left", "right", "merge", "pool",
                                 "join", "head_a", "head_b"})
     assert "jax.vjp" in p.metadata["training"]["backward_method"]
     assert pd.notna(p.summary.set_index("layer").loc["left", "residual_bytes"])
-    verified = _jax("recommend", str(tmp_path / "p"), "--objective", "time", "--verify")
-    assert verified.returncode == 0, verified.stderr[-2000:]
-    assert "Verified by running it" in verified.stdout and "9 of 9 layers" in verified.stdout
+    assert out["verified"] == [9, 9, 2]  # every layer where it was placed; the recommendation and one device
 
 
 SPLIT_SCRIPT = r'''
