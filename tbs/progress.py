@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from tbs.measure.profiler import Progress
+from tbs.measure.request import Progress
 
 ProgressCallback = Callable[[str, "float | None"], None]
 

@@ -27,7 +27,8 @@ from tbs.load.training import fit_to_outputs, resolve as resolve_training
 from tbs.load.model import (LoadedModel, ModelSource, check_model_file, import_custom_objects, load_model,
                             load_model_object)
 from tbs.measure import neighbours
-from tbs.measure.profiler import Profiler, ProfileRequest
+from tbs.measure.profiler import Profiler
+from tbs.measure.request import ProfileRequest
 from tbs.measure.timing import TimingConfig
 from tbs.profiles.store import ProfileStore
 from tbs.progress import Reporter

@@ -22,7 +22,8 @@ from tbs.backends.base import Device
 from tbs.capture.recorder import Capture, Edge, LayerCall
 from tbs.load.inputs import InputSpec
 from tbs.load.model import LoadedModel
-from tbs.measure.profiler import ProfileRequest, Profiler, Progress
+from tbs.measure.profiler import Profiler
+from tbs.measure.request import ProfileRequest, Progress
 from tbs.measure.timing import Interrupted, TimingConfig
 from tbs.profiles.profile import Profile, load_profile
 from tbs.profiles.store import ProfileStore, finalize

@@ -10,100 +10,26 @@ from __future__ import annotations
 
 import gc
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 import numpy as np
 
-from tbs.capture.recorder import Capture, capture
+from tbs.capture.recorder import Capture
 from tbs.errors import TbsError
 from tbs.measure import rows
 from tbs.measure import transfers
 from tbs.measure.eta import WorkEstimate
 from tbs.backends.base import Device
 from tbs.backends.host import available_memory_bytes
-from tbs.load.inputs import InputSpec, batch_arrays, structure_inputs
-from tbs.load.model import LoadedModel
-from tbs.load.training import TrainingSetup, fit_to_outputs
+from tbs.load.inputs import structure_inputs
+from tbs.load.training import fit_to_outputs
 from tbs.measure.rows import Cell
 from tbs.measure.inference import InferenceCells
 from tbs.measure.training import TrainingCells, gradient_plan, memory_chunks, structure as training_structure
-from tbs.schema import LOSS_LAYER, MODEL_LAYER, CellKey, Phase, Status
-from tbs.backends.tensors import iter_tensors, replace_tensors, tensor_bytes
-from tbs.measure.timing import Interleaved, Interrupted, Measurement, Runner, Timer, TimingConfig
-
-FORWARD = Phase.FORWARD.value
-
-
-class Progress:
-    """What the profiler reports while it works (the CLI draws a bar; tests ignore it)."""
-
-    def start(self, remaining_seconds: float) -> None: ...
-
-    def advance(self, label: str, remaining_seconds: float) -> None:
-        """A cell finished; the rest is now estimated to take remaining_seconds."""
-
-    def describe(self, label: str) -> None: ...
-
-    def finish(self) -> None: ...
-
-
-class CellSink(Protocol):
-    """Where finished cells go, as they finish (``profiles.store.ProfileStore`` on disk)."""
-
-    metadata: dict[str, Any]
-
-    def is_done(self, key: CellKey) -> bool: ...
-
-    def add_cell(self, key: CellKey, row: dict[str, Any], samples: list[dict[str, Any]]) -> None: ...
-
-    def add_transfers(self, rows: list[dict[str, Any]]) -> None: ...
-
-    def update_metadata(self, **values: Any) -> None: ...
-
-
-def _unpriced(row: dict[str, Any]) -> dict[str, Any]:
-    return row
-
-
-@dataclass
-class ProfileRequest:
-    loaded: LoadedModel
-    load_on: Callable[[Device], LoadedModel]
-    devices: list[Device]
-    batch_sizes: list[int]
-    training: bool
-    specs: list[InputSpec]
-    user_arrays: list[np.ndarray] | None
-    config: TimingConfig
-    jit: bool
-    host: str
-    seed: int = 0
-    models: dict[str, Any] = field(default_factory=dict)
-    host_device: Device | None = None  # the host CPU when no CPU is profiled (inputs start there)
-    training_setup: TrainingSetup | None = None  # the loss and optimizer a training profile times
-    # Adds a row's price and cost per sample (the cost stage's; measuring never turns seconds into dollars).
-    price_row: Callable[[dict[str, Any]], dict[str, Any]] = _unpriced
-    # How the eager pass is recorded and a call's tensors are found and put back: Keras's by
-    # default; tbs.testing swaps in fakes so the profiler runs without any framework.
-    capture_fn: Callable[..., Capture] = capture
-    tensors_fn: Callable[[Any], list[Any]] = iter_tensors
-    rebuild_fn: Callable[[Any, list[Any]], Any] = replace_tensors
-
-    @property
-    def mode(self) -> str:
-        return "training" if self.training else "inference"
-
-    def model_on(self, device: Device) -> Any:
-        if device.name not in self.models:
-            self.models[device.name] = (
-                self.loaded.model if device is self.devices[0] else self.load_on(device).model
-            )
-        return self.models[device.name]
-
-    def host_inputs(self, batch_size: int) -> list[np.ndarray]:
-        return batch_arrays(self.specs, batch_size, self.seed, self.user_arrays)
-
+from tbs.measure.request import CellSink, ProfileRequest, Progress
+from tbs.schema import LOSS_LAYER, MODEL_LAYER, CellKey, Status
+from tbs.backends.tensors import tensor_bytes
+from tbs.measure.timing import Interleaved, Interrupted, Measurement, Runner, Timer
 
 class Profiler:
     def __init__(self, request: ProfileRequest, store: CellSink, progress: Progress,
@@ -186,9 +112,8 @@ class Profiler:
             ]
         graph = meta.setdefault("graph", {})
         if str(batch) not in graph:
-            graph[str(batch)] = [vars(e) for e in captured.edges]
-            if self.request.training:
-                graph[str(batch)] = self._training_structure(captured)
+            graph[str(batch)] = (self._training_structure(captured) if self.request.training
+                                 else [vars(e) for e in captured.edges])
         self.store.update_metadata()
 
     def _training_structure(self, captured: Capture) -> list[dict[str, Any]]:
