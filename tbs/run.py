@@ -54,6 +54,8 @@ class RunOptions:
     loss: str | None = None  # training: a Keras loss name (default: the model's compiled loss, else a stand-in)
     optimizer: str | None = None  # training: a Keras optimizer name (default: the model's, else Adam)
     samples: int | None = None  # the dataset's size: the report's cost per epoch
+    capacity: bool = False  # search each device's largest batch that fits by real calls (up to its memory)
+    analysis: bool = True  # the compiler's FLOPs/bytes/memory per cell and each device's calibrated ceilings
 
 
 def custom_object_dict(custom_objects: Any) -> dict[str, Any]:
@@ -209,7 +211,8 @@ class Run:
             training=o.training, specs=self.specs, user_arrays=self.user_arrays, config=o.timing, jit=o.xla,
             host=str(store.metadata.get("host", {}).get("hostname", "")), seed=o.seed,
             host_device=next((d for d in self.discovery.devices if d.kind == "cpu"), None),
-            price_row=row_pricer(o.prices), training_setup=self.training,
+            price_row=row_pricer(o.prices), training_setup=self.training, capacity=o.capacity,
+            analysis=o.analysis,
         )
         Profiler(request, store, self.reporter, should_stop=should_stop).run()
 

@@ -13,6 +13,15 @@ Format history (``FORMAT_VERSION``, written to ``metadata.json`` as ``tbs_profil
   and ``grad_inputs``; the loss is a row of its own (``LOSS_LAYER``); samples.csv gains
   ``phase``; graph edges say whether a gradient flows back along them (``grad``). Inference
   profiles are unchanged apart from ``phase`` = forward; versions 1 and 2 read unchanged.
+- 4: tbs 0.4 — why a cell costs what it does: summary.csv and model.csv gain the compiler's
+  ``flops``, ``bytes_accessed`` (after optimisation), ``activation_bytes`` (a layer's outputs;
+  ``weight_bytes`` now in inference rows too), ``flops_unoptimized``,
+  ``bytes_unoptimized``, ``transcendentals``, ``temp_bytes``, ``cost_source``, and the roofline
+  columns derived from them and the device's calibrated ceilings (metadata ``calibration``);
+  model.csv gains ``peak_bytes`` and ``memory_bytes``; ``analysis.csv`` holds each program's
+  (phase's) analysis; ``predictions.csv`` holds cells predicted for devices not measured,
+  kept apart from measured ones; metadata ``capacity`` gives each device's largest batch that
+  fits. Older versions read unchanged (their analysis columns blank).
 """
 
 from __future__ import annotations
@@ -20,8 +29,8 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, NamedTuple, TypedDict
 
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+FORMAT_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 # The Keras backend a profile was measured on when its metadata does not say (profiles before
 # the backend was recorded); ``tbs.backends.DEFAULT`` is this same name.
 DEFAULT_BACKEND = "tensorflow"
@@ -93,23 +102,43 @@ class Phase(str, Enum):
 # A training row's phases: seconds per call at its batch size; 0.0 where the layer has no such
 # phase (nothing to differentiate or update), blank where the phase failed.
 PHASE_COLUMNS = ["forward_s", "backward_s", "update_s"]
-TRAINING_MEMORY_COLUMNS = ["weight_bytes", "slot_bytes", "residual_bytes"]
+TRAINING_MEMORY_COLUMNS = ["weight_bytes", "slot_bytes", "residual_bytes"]  # weight_bytes: inference rows too
 # How metadata's input_source starts when the inputs were not a file: "synthetic (seed 0)",
 # "in-memory arrays (sha256 ...)"; otherwise it is the --input file's path.
 SYNTHETIC_INPUT = "synthetic"
 ARRAYS_INPUT = "in-memory arrays"
 
+# The compiler's analysis of a cell's programs (totals over its phases) and what it implies
+# against the device's calibrated ceilings (tbs.profiles.roofline).
+COST_COLUMNS = ["flops", "bytes_accessed", "flops_unoptimized", "bytes_unoptimized", "transcendentals",
+                "temp_bytes", "cost_source"]
+ROOFLINE_COLUMNS = ["arithmetic_intensity", "achieved_flops_per_s", "achieved_bytes_per_s", "roofline_s",
+                    "fraction_of_roofline", "bound"]
+ANALYSIS_COLUMNS = [
+    "target", "layer", "device", "batch_size", "mode", "phase", "flops", "bytes_accessed", "flops_unoptimized",
+    "bytes_unoptimized", "transcendentals", "temp_bytes", "argument_bytes", "output_bytes", "cost_source", "reason",
+]
+# A cell tbs did not measure: a device from the catalog, its time scaled from a measured one.
+PREDICTION_COLUMNS = [
+    "target", "layer", "layer_type", "category", "device", "device_kind", "batch_size", "mode", "source",
+    "method", "predicted_from", "median_s", "low_s", "high_s", "per_sample_s", "usd_per_hour",
+    "cost_per_sample_usd", "price_source", "flops", "bytes_accessed", "bound", "reason",
+]
+PREDICTED = "predicted"  # predictions.csv's ``source``; measured rows never carry it
+
 SUMMARY_COLUMNS = [
     "layer", "layer_type", "category", "device", "device_kind", "batch_size", "mode", "status",
     "reason", "n", "iterations", "median_s", "p25_s", "p75_s", "ci_low_s", "ci_high_s",
     "per_sample_s", "usd_per_hour", "cost_per_sample_usd", "first_call_s", "host",
-    "phases", *PHASE_COLUMNS, *TRAINING_MEMORY_COLUMNS, "grad_inputs",
+    "phases", *PHASE_COLUMNS, *TRAINING_MEMORY_COLUMNS, "grad_inputs", "activation_bytes", *COST_COLUMNS,
+    *ROOFLINE_COLUMNS,
 ]
 MODEL_COLUMNS = [
     "device", "device_kind", "batch_size", "mode", "status", "reason", "n", "iterations",
     "median_s", "p25_s", "p75_s", "ci_low_s", "ci_high_s", "per_sample_s", "layers_sum_s",
     "layers_sum_per_sample_s", "layers_measured", "dispatch_overhead_s", "input_copy_s",
-    "input_bytes", "first_call_s", "usd_per_hour", "cost_per_sample_usd", "host",
+    "input_bytes", "first_call_s", "usd_per_hour", "cost_per_sample_usd", "host", *COST_COLUMNS,
+    "argument_bytes", "output_bytes", "memory_bytes", "peak_bytes", *ROOFLINE_COLUMNS,
 ]
 TRANSFER_COLUMNS = ["src", "dst", "bytes", "sample", "seconds"]
 SAMPLE_COLUMNS = [
@@ -175,3 +204,5 @@ class ProfileMetadata(TypedDict, total=False):
     harness_overhead: dict[str, dict[str, float]]
     environments: list[dict[str, Any]]
     merged_from: list[str]
+    calibration: dict[str, dict[str, Any]]  # device -> achievable FLOP/s per dtype, bandwidth, how measured
+    capacity: dict[str, dict[str, Any]]  # device -> memory fit per batch, largest batch that fits, its check

@@ -20,8 +20,10 @@ from tbs.backends import keras as _keras  # noqa: E402
 keras = _keras()
 layers = keras.layers
 
-# Fast statistics for tests: the method is the same, the budgets are tiny.
-FAST = ["--min-samples", "3", "--max-cell-seconds", "0.05", "--min-block-ms", "1", "--min-span-seconds", "0"]
+# Fast statistics for tests: the method is the same, the budgets are tiny. The compiler's analysis
+# has tests of its own (test_analysis.py, the JAX profiles); elsewhere it would only add time.
+FAST = ["--min-samples", "3", "--max-cell-seconds", "0.05", "--min-block-ms", "1", "--min-span-seconds", "0",
+        "--no-analysis"]
 
 CUSTOM_LAYER_SOURCE = '''
 import keras

@@ -59,7 +59,7 @@ def test_keras_applications_model_every_leaf_in_summary(tmp_path):
     path = tmp_path / "mobilenet.keras"
     model.save(path)
     args = ["profile", str(path), "--out", str(tmp_path / "p"), "--batch", "2", "--min-samples", "3",
-            "--max-cell-seconds", "0.01", "--min-block-ms", "0.2", "--min-span-seconds", "0"]
+            "--max-cell-seconds", "0.01", "--min-block-ms", "0.2", "--min-span-seconds", "0", "--no-analysis"]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.stderr
     summary = pd.read_csv(tmp_path / "p" / "summary.csv")

@@ -132,6 +132,10 @@ def test_jax_profile_records_backend_and_measures_every_layer(jax_dirs: dict[str
     assert len(summary) == 2 * 5
     dense = summary[summary["layer"].str.startswith("dense")]
     assert (dense["median_s"] > 0).all()
+    # XLA's own count of each JAX program: 2·b·512·512 multiply-adds, plus the bias and the ReLU
+    assert (dense["cost_source"] == "xla").all()
+    assert dense["flops"].between(2 * 32 * 512 * 512, 1.01 * 2 * 32 * 512 * 512).all()
+    assert set(meta["calibration"]) == {"cpu:0", "cpu:1"} and summary["bound"].notna().all()
     samples = pd.read_csv(jax_dirs["mlp"] / "samples.csv")
     assert len(samples) >= summary["n"].sum()
 

@@ -165,6 +165,9 @@ p = tbs.profile(sys.argv[1], [4], devices=["cpu:0"], training=True, timing=timin
                 out=sys.argv[2])
 verification = tbs.verify(p, tbs.recommend(p, "time"))
 out["verified"] = [verification.placed_right, verification.layers, len(verification.results)]
+phases = p.analysis.groupby("phase")["flops"].sum()
+out["analysed"] = {k: float(v) for k, v in phases.items()}
+out["row_flops"] = float(p.summary["flops"].sum())
 print("RESULT" + json.dumps(out))
 '''
 
@@ -185,6 +188,14 @@ def jax_training(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
     done = _jax(str(model), str(directory / "p"), script=JAX_SCRIPT)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.split("RESULT", 1)[1]), directory / "p"
+
+
+def test_jax_training_phases_are_analysed_by_xla(jax_training: tuple[dict, Path]) -> None:
+    """Each phase program of every layer, and the whole step, has XLA's FLOPs."""
+    analysed = jax_training[0]["analysed"]
+    assert set(analysed) == {"forward", "backward", "update", "step"}
+    assert 0.5 < analysed["backward"] / analysed["forward"] < 3.5  # weight gradients; input ones where needed
+    assert jax_training[0]["row_flops"] == pytest.approx(analysed["forward"] + analysed["backward"] + analysed["update"])
 
 
 def test_jax_backward_scales_with_its_work_and_is_never_hoisted(jax_training: tuple[dict, Path]) -> None:

@@ -41,6 +41,40 @@ class TrainingPrograms:
     weight_bytes: int  # every variable of the call
     slot_bytes: int  # the optimizer's variables for the call's trainable variables
     residual_bytes: int | None  # activations kept alive for the backward; None where the program does not say
+    # The compiler's analysis of one call of each phase program (keys as the runners': forward,
+    # backward or forward+backward, update); None where the backend cannot say.
+    costs: Callable[[], dict[str, "ProgramCost"]] | None = None
+
+
+@dataclass
+class ProgramCost:
+    """What the compiler says one program costs: FLOPs and bytes before and after optimisation, and its memory.
+
+    Read from the exact program tbs times (XLA's HLO cost and memory analysis), so a user can
+    see why a layer costs what it does and what fusion saved. None: the compiler did not say.
+    """
+
+    source: str  # how it was obtained: "xla", "xla (TensorFlow's HLO)", "tensorflow graph statistics"
+    flops: float | None = None  # after optimisation
+    bytes_accessed: float | None = None
+    flops_unoptimized: float | None = None  # the HLO before XLA's passes (the paper's Fig. 2 "before")
+    bytes_unoptimized: float | None = None
+    transcendentals: float | None = None
+    temp_bytes: int | None = None  # the compiled program's temporary buffers
+    argument_bytes: int | None = None
+    output_bytes: int | None = None
+    reason: str = ""  # why some figure is missing
+
+
+@dataclass
+class CalibrationProgram:
+    """A program whose work is known exactly: timing it gives the device's achievable ceiling."""
+
+    name: str  # "matmul" | "stream"
+    dtype: str
+    runner: "Runner"
+    flops: float
+    bytes: float
 
 
 Source = tuple[str, int]  # where a tensor comes from: ("input", i) or (call name, output index)
@@ -139,6 +173,23 @@ class Device(ABC):
         the loss runs on ``loss_device``. Called on the host device, which feeds the inputs.
         """
         raise NotImplementedError(f"{self.backend or type(self).__name__} cannot replay a split train step")
+
+    def program_cost(self, call: Callable[..., Any], tensors: list[Any], jit: bool,
+                     variables: Sequence[Any] = ()) -> ProgramCost:
+        """The compiler's cost and memory analysis of ``call(*tensors)`` compiled for this device (one call)."""
+        raise NotImplementedError(f"{self.backend or type(self).__name__} has no cost analysis")
+
+    def calibration_programs(self, dtype: str) -> list[CalibrationProgram]:
+        """A large matmul and a large streaming read in ``dtype``, compiled here, with their exact work."""
+        raise NotImplementedError(f"{self.backend or type(self).__name__} cannot calibrate")
+
+    def peak_memory_bytes(self, reset: bool = False) -> int | None:
+        """The device's peak-memory counter (None where it keeps none).
+
+        ``reset=True`` restarts it where the device allows and returns what is in use now (the
+        baseline); ``reset=False`` returns the peak since then.
+        """
+        return None
 
     def capture_context(self) -> AbstractContextManager:
         """Context for the eager capture pass on this device (a backend may relax Keras's input checks)."""

@@ -74,3 +74,48 @@ def available_memory_bytes() -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def _status_bytes(field: str) -> int | None:
+    """A size from /proc/self/status (``VmHWM``, ``VmData``...), in bytes; None where the system has none."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def process_peak_bytes(reset: bool = False) -> int | None:
+    """This process's peak resident memory (VmHWM), the host CPU's only peak counter.
+
+    ``reset`` restarts it first (Linux: writing 5 to /proc/self/clear_refs), so the peak
+    is that of what runs next. None where the system keeps no such counter.
+    """
+    if reset:
+        try:
+            Path("/proc/self/clear_refs").write_text("5")
+        except OSError:
+            return None
+    return _status_bytes("VmHWM")
+
+
+def memory_headroom_bytes() -> int | None:
+    """What this process may still allocate: free memory, or less where a limit is set on it.
+
+    A data-size limit (``ulimit -d``, RLIMIT_DATA) makes allocations beyond it fail, so
+    the headroom is the smaller of MemAvailable and what that limit leaves.
+    """
+    free = available_memory_bytes()
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_DATA)
+    except (ImportError, OSError, ValueError):
+        return free
+    used = _status_bytes("VmData")
+    if soft == resource.RLIM_INFINITY or used is None:
+        return free
+    left = max(int(soft) - used, 0)
+    return left if free is None else min(free, left)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from tbs.backends.base import Device
+from tbs.backends.base import Device, ProgramCost
 from tbs.capture.recorder import Capture, LayerCall
 from tbs.measure import rows
 from tbs.measure.timing import Measurement, Runner
@@ -38,15 +38,21 @@ class InferenceCells:
         self.tensors_fn, self.rebuild_fn = tensors_fn, rebuild_fn
 
     def layer(self, call: LayerCall, label: str, base: dict[str, Any]) -> rows.Cell:
+        def arguments() -> tuple[Any, list[Any], bool, Any]:
+            return (invoker(call, self.rebuild_fn), self.tensors_fn((call.args, call.kwargs)), self.jit,
+                    getattr(call.op, "variables", ()))
+
         def programs() -> dict[str, Runner]:
-            return {FORWARD: self.device.compile_blocked(invoker(call, self.rebuild_fn),
-                                                         self.tensors_fn((call.args, call.kwargs)), self.jit,
-                                                         getattr(call.op, "variables", ()))}
+            return {FORWARD: self.device.compile_blocked(*arguments())}
+
+        def analyse() -> dict[str, ProgramCost]:
+            return {FORWARD: self.device.program_cost(*arguments())}
 
         def build(parts: dict[str, Measurement]) -> dict[str, Any]:
             return rows.layer_row(call, self.device, base, parts[FORWARD], self.confidence)
 
-        return rows.Cell(label, base, (call.args, call.kwargs, call.outputs), programs, build)
+        return rows.Cell(label, base, (call.args, call.kwargs, call.outputs), programs, build,
+                         analyse=analyse, call=call)
 
     def step(self, label: str, base: dict[str, Any], copy_seconds: float, input_bytes: int) -> rows.Cell:
         inputs, model = self.inputs, self.model
@@ -57,8 +63,11 @@ class InferenceCells:
         def programs() -> dict[str, Runner]:
             return {FORWARD: self.device.compile_blocked(forward, self.tensors_fn(inputs), self.jit, model.variables)}
 
+        def analyse() -> dict[str, ProgramCost]:
+            return {FORWARD: self.device.program_cost(forward, self.tensors_fn(inputs), self.jit, model.variables)}
+
         def build(parts: dict[str, Measurement]) -> dict[str, Any]:
             return rows.model_row(base, parts[FORWARD], copy_seconds, input_bytes, self.confidence)
 
         return rows.Cell(label, base, (inputs, self.cap.outputs), programs, build, target="model",
-                         single_calls=rows.SINGLE_CALLS)
+                         single_calls=rows.SINGLE_CALLS, analyse=analyse)

@@ -16,18 +16,20 @@ import numpy as np
 
 from tbs.capture.recorder import Capture
 from tbs.errors import TbsError
-from tbs.measure import rows
+from tbs.measure import analysis, rows
+from tbs.measure.calibrate import calibrate_devices, model_dtypes
+from tbs.measure.capacity import all_capacities, measured_peak
 from tbs.measure import transfers
 from tbs.measure.eta import WorkEstimate
 from tbs.backends.base import Device
-from tbs.backends.host import available_memory_bytes
+from tbs.backends.host import memory_headroom_bytes
 from tbs.load.inputs import structure_inputs
 from tbs.load.training import fit_to_outputs
 from tbs.measure.rows import Cell
 from tbs.measure.inference import InferenceCells
 from tbs.measure.training import TrainingCells, gradient_plan, memory_chunks, structure as training_structure
 from tbs.measure.request import CellSink, ProfileRequest, Progress
-from tbs.schema import LOSS_LAYER, MODEL_LAYER, CellKey, Status
+from tbs.schema import LOSS_LAYER, MEASURED, MODEL_LAYER, CellKey, Status
 from tbs.backends.tensors import tensor_bytes
 from tbs.measure.timing import Interleaved, Interrupted, Measurement, Runner, Timer
 
@@ -44,6 +46,11 @@ class Profiler:
         self.eta = WorkEstimate(request.config, rows.SINGLE_CALLS, clock)
         self.restorers: list[Callable[[], None]] = []
         self.activation_bytes_per_sample = 0.0
+        self.costs: dict[tuple, dict[str, Any]] = {}  # cell -> phase -> ProgramCost, until its row is saved
+        self.analysed: dict[tuple, dict[str, Any]] = {}  # call signature -> its analysis (repeated blocks)
+        self.saved: list[tuple[CellKey, dict[str, Any]]] = []  # this run's rows: the memory fit reads them
+        self.first_oom: BaseException | None = None  # the first capture ran out of memory
+        self.peaks: dict[tuple, Callable[[], int | None]] = {}  # a whole model's peak memory, measured at its save
 
     # ----- estimates for an honest ETA -------------------------------------------------
     def _seed_estimates(self, first: Capture, first_batch: int) -> None:
@@ -61,8 +68,16 @@ class Profiler:
                     self.eta.guess(key, sum(c.eager_seconds for c in first.calls) * scale * phases)
 
     def _save(self, key: tuple, row: dict[str, Any], samples: list[dict[str, Any]], label: str) -> None:
-        """Write a finished cell to disk, then update the estimate of what is left."""
-        self.store.add_cell(key, self.request.price_row(row), samples)
+        """Write a finished cell (with its programs' analysis) to disk, then update the estimate of what is left."""
+        costs = self.costs.pop(key, None)
+        if costs:
+            row = dict(row, **analysis.row_columns(costs, key.target == "model"))
+        peak = self.peaks.pop(key, None)
+        if peak is not None and row.get("status") in MEASURED:
+            row["peak_bytes"] = peak()
+        self.store.add_cell(key, self.request.price_row(row), samples,
+                            analysis.analysis_rows(key, costs) if costs else [])
+        self.saved.append((key, row))
         self.eta.finished(key, row.get("median_s"), row.get("n"))
         self.progress.advance(label, self.eta.remaining_seconds)
 
@@ -154,11 +169,15 @@ class Profiler:
         if device.kind != "cpu" or not self.activation_bytes_per_sample:
             return None
         need = self.activation_bytes_per_sample * batch
-        free = available_memory_bytes()
+        free = memory_headroom_bytes()
         if free is None or need < 0.8 * free:
             return None
         return (f"out of memory: batch {batch} needs about {need / 2**30:.1f} GiB of activations, "
                 f"{free / 2**30:.1f} GiB is available")
+
+    def _memory_limit(self, device: Device) -> float | None:
+        """What a device can hold: the host's headroom for a CPU, the allocator's limit for an accelerator."""
+        return memory_headroom_bytes() if device.kind == "cpu" else device.memory_bytes
 
     def run(self) -> None:
         r = self.request
@@ -170,6 +189,7 @@ class Profiler:
             self._capture(r.devices[0], batches[0])
             first = self._capture(r.devices[0], batches[0])
         except Exception as exc:
+            self.first_oom = exc  # recorded for its cells, not tried again (an allocator may wait ~10 s to fail)
             if not rows.is_oom(exc):
                 raise TbsError(
                     f"the model's forward pass fails on {'your --input data' if r.user_arrays is not None else 'synthetic inputs'} "
@@ -183,12 +203,19 @@ class Profiler:
             self.activation_bytes_per_sample = (
                 sum(c.output_bytes for c in first[0].calls) + first[3]) / batches[0]
         self._measure_transfers()
+        if first is not None and r.analysis:
+            self.store.update_metadata(calibration=calibrate_devices(
+                r.devices, model_dtypes(first[0].calls), self.timer, self._harness,
+                self.store.metadata.get("calibration", {}), self.progress.describe))
         self.progress.start(self.eta.remaining_seconds)
         for batch in batches:
             for device in r.devices:
                 self._run_cell_group(device, batch, first if (device is r.devices[0] and batch == batches[0]) else None)
                 first = None
                 gc.collect()
+        if self.saved and "capacity" not in self.store.metadata:
+            self.store.update_metadata(capacity=all_capacities(r, self.saved, self._memory_limit, self.progress.describe))
+            self.progress.advance("every cell measured", 0.0)
         self.progress.finish()
 
     def _run_cell_group(self, device: Device, batch: int, captured: tuple | None) -> None:
@@ -202,6 +229,10 @@ class Profiler:
             raise Interrupted()
         self.eta.revise()
         self.progress.describe(f"capturing inputs on {device.name} @ batch {batch}")
+        if captured is None and self.first_oom is not None:
+            self._failed_cells(device, batch, self.first_oom)
+            self.first_oom = None
+            return
         if captured is None:
             shortfall = self._host_memory_shortfall(device, batch)
             if shortfall:
@@ -275,6 +306,13 @@ class Profiler:
                 del pending[key]
                 continue
             phases[key] = len(programs)
+            if cell.analyse is not None and self.request.analysis:
+                self.costs[key] = analysis.analysed(cell.analyse, cell.call, next(iter(programs)), self.analysed,
+                                                    analysis.signature(cell.call, device.name, key.mode))
+            # An accelerator's allocator peak, after one more call once sampled. Not the host's: its
+            # allocators keep freed memory resident, so a warm call shows no growth at all.
+            if key.target == "model" and device.kind != "cpu":
+                self.peaks[key] = lambda runner=next(iter(programs.values())): measured_peak(device, runner)
         return phases
 
     def _measure_group(self, device: Device, batch: int, cap: Capture, inputs: Any, copy_seconds: float,
@@ -286,7 +324,7 @@ class Profiler:
         """
         pending = self._pending_cells(device, batch, cap, inputs, copy_seconds, input_bytes, model_key)
         self.eta.begin_group(pending)
-        free = available_memory_bytes() if self.request.training and device.kind == "cpu" else None
+        free = memory_headroom_bytes() if self.request.training and device.kind == "cpu" else None
         chunks, too_big = memory_chunks(pending, cap, model_key, free, device.train_step_memory_factor)
         for key, need in too_big.items():
             gib = f"{need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB is available" if free else ""

@@ -37,7 +37,8 @@ class CellSink(Protocol):
 
     def is_done(self, key: CellKey) -> bool: ...
 
-    def add_cell(self, key: CellKey, row: dict[str, Any], samples: list[dict[str, Any]]) -> None: ...
+    def add_cell(self, key: CellKey, row: dict[str, Any], samples: list[dict[str, Any]],
+                 analysis: list[dict[str, Any]] = ...) -> None: ...
 
     def add_transfers(self, rows: list[dict[str, Any]]) -> None: ...
 
@@ -64,6 +65,8 @@ class ProfileRequest:
     models: dict[str, Any] = field(default_factory=dict)
     host_device: Device | None = None  # the host CPU when no CPU is profiled (inputs start there)
     training_setup: TrainingSetup | None = None  # the loss and optimizer a training profile times
+    capacity: bool = False  # after timing, search each device's largest batch that fits by real calls
+    analysis: bool = True  # analyse every program (FLOPs, bytes, memory) and calibrate every device
     # Adds a row's price and cost per sample (the cost stage's; measuring never turns seconds into dollars).
     price_row: Callable[[dict[str, Any]], dict[str, Any]] = _unpriced
     # How the eager pass is recorded and a call's tensors are found and put back: Keras's by

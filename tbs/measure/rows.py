@@ -9,7 +9,8 @@ import numpy as np
 
 from tbs.capture.recorder import LayerCall
 from tbs.schema import Phase, Status
-from tbs.backends.base import Device
+from tbs.backends.base import Device, ProgramCost
+from tbs.backends.tensors import tensor_bytes
 from tbs.measure.timing import Measurement, Runner
 
 SINGLE_CALLS = 5  # single calls timed after a whole model's samples: its per-call dispatch overhead
@@ -30,6 +31,9 @@ class Cell:
     build: Callable[[dict[str, Measurement]], dict[str, Any]]  # phase -> measurement, to the row
     target: str = "layer"  # samples.csv's target: "layer" | "model"
     single_calls: int = 0  # single (unblocked) calls timed after sampling: the dispatch overhead
+    # The compiler's analysis of the cell's programs (phase -> ProgramCost), asked once they compile.
+    analyse: Callable[[], dict[str, ProgramCost]] | None = None
+    call: LayerCall | None = None  # the layer call (for the shape formulas where the compiler says nothing)
 
 
 def reason(exc: BaseException) -> str:
@@ -77,8 +81,15 @@ def sample_rows(target: str, layer: str, m: Measurement, base: dict[str, Any],
 def layer_row(call: LayerCall, device: Device, base: dict[str, Any], m: Measurement,
               confidence: float) -> dict[str, Any]:
     row = stats_row(m, base, confidence)
-    row.update(status=m.status, reason=m.note or ("" if m.status == Status.OK else NOISY_REASON))
+    row.update(status=m.status, reason=m.note or ("" if m.status == Status.OK else NOISY_REASON),
+               **memory_columns(call))
     return flag_fallback(row, call, device)
+
+
+def memory_columns(call: LayerCall) -> dict[str, int]:
+    """What the layer holds: its variables, and its outputs at this batch size."""
+    weights = sum(tensor_bytes(v.value) for v in getattr(call.op, "variables", ()) or ())
+    return {"weight_bytes": int(weights), "activation_bytes": int(call.output_bytes)}
 
 
 def flag_fallback(row: dict[str, Any], call: LayerCall, device: Device) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from tbs.backends.base import Device, TrainingPrograms
 from tbs.backends.tensors import dtype_name, iter_tensors
 from tbs.capture.recorder import Capture, LayerCall
 from tbs.load.training import TrainingSetup
-from tbs.measure import rows
+from tbs.measure import analysis, rows
 from tbs.measure.inference import invoker
 from tbs.measure.stats import Summary
 from tbs.measure.timing import Measurement, Runner
@@ -133,9 +133,18 @@ class TrainingCells:
 
         def build(parts: dict[str, Measurement]) -> dict[str, Any]:
             row = training_row(base, parts, made["programs"], grad_inputs, self.confidence)
-            return row if call is None else rows.flag_fallback(row, call, self.device)
+            if call is None:
+                return row
+            row["activation_bytes"] = int(call.output_bytes)
+            return rows.flag_fallback(row, call, self.device)
 
-        return rows.Cell(label, base, data, programs, build)
+        def analyse() -> dict[str, Any]:
+            costs = made["programs"].costs
+            if costs is None:
+                raise NotImplementedError(f"{self.device.backend} does not analyse training programs")
+            return analysis.phase_costs(costs())
+
+        return rows.Cell(label, base, data, programs, build, analyse=analyse, call=call)
 
     def layer(self, call: LayerCall, label: str, base: dict[str, Any]) -> rows.Cell:
         wanted = self.plan[call.name]
@@ -164,17 +173,25 @@ class TrainingCells:
     def step(self, label: str, base: dict[str, Any], copy_seconds: float, input_bytes: int) -> rows.Cell:
         inputs = self.inputs
 
+        made: dict[str, Any] = {}
+
         def programs() -> dict[str, Runner]:
-            runner = self.device.train_step(self.model, self.tensors_fn(inputs),
-                                            lambda flat: self.rebuild_fn(inputs, flat), list(self.targets),
-                                            self.setup.loss, self.setup.make_optimizer, self.jit)
-            return {STEP: runner}
+            made["runner"] = self.device.train_step(self.model, self.tensors_fn(inputs),
+                                                    lambda flat: self.rebuild_fn(inputs, flat), list(self.targets),
+                                                    self.setup.loss, self.setup.make_optimizer, self.jit)
+            return {STEP: made["runner"]}
+
+        def analyse() -> dict[str, Any]:
+            costs = getattr(made["runner"], "costs", None)
+            if costs is None:
+                raise NotImplementedError(f"{self.device.backend} does not analyse a train step")
+            return costs()
 
         def build(parts: dict[str, Measurement]) -> dict[str, Any]:
             return rows.model_row(base, parts[STEP], copy_seconds, input_bytes, self.confidence)
 
         return rows.Cell(label, base, (inputs, self.cap.outputs), programs, build, target="model",
-                         single_calls=rows.SINGLE_CALLS)
+                         single_calls=rows.SINGLE_CALLS, analyse=analyse)
 
 
 

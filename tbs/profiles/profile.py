@@ -19,10 +19,13 @@ from typing import Any, Iterator
 import pandas as pd
 
 from tbs.errors import ProfileError
-from tbs.schema import (DEFAULT_BACKEND, FORMAT_VERSION, MODEL_COLUMNS, READABLE_VERSIONS, SAMPLE_COLUMNS,
-                        SUMMARY_COLUMNS, TRANSFER_COLUMNS, ProfileMetadata, ProfileStatus)
+from tbs.profiles.roofline import with_roofline
+from tbs.schema import (ANALYSIS_COLUMNS, DEFAULT_BACKEND, FORMAT_VERSION, MODEL_COLUMNS, PREDICTION_COLUMNS,
+                        READABLE_VERSIONS, SAMPLE_COLUMNS, SUMMARY_COLUMNS, TRANSFER_COLUMNS, ProfileMetadata,
+                        ProfileStatus)
 
-FILES = {"summary": SUMMARY_COLUMNS, "model": MODEL_COLUMNS, "samples": SAMPLE_COLUMNS, "transfers": TRANSFER_COLUMNS}
+FILES = {"summary": SUMMARY_COLUMNS, "model": MODEL_COLUMNS, "samples": SAMPLE_COLUMNS, "transfers": TRANSFER_COLUMNS,
+         "analysis": ANALYSIS_COLUMNS, "predictions": PREDICTION_COLUMNS}
 
 
 @contextmanager
@@ -60,8 +63,9 @@ class Profile:
 
     ``summary``: one row per layer x device x batch size; ``model``: the whole model per
     device and batch, with the sum of its layers; ``samples``: every raw timing;
-    ``transfers``: the copy-cost samples between devices; ``metadata``: what was
-    measured, where and how.
+    ``transfers``: the copy-cost samples between devices; ``analysis``: the compiler's
+    FLOPs, bytes and memory per program; ``predictions``: cells for devices not measured
+    (``tbs.predict``), never mixed into ``summary``; ``metadata``: what was measured, where and how.
     """
 
     directory: Path
@@ -70,6 +74,8 @@ class Profile:
     model: pd.DataFrame
     samples: pd.DataFrame
     transfers: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=TRANSFER_COLUMNS))
+    analysis: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=ANALYSIS_COLUMNS))
+    predictions: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PREDICTION_COLUMNS))
 
     @property
     def complete(self) -> bool:
@@ -120,6 +126,12 @@ class Profile:
         if report.is_file() and report.resolve() != (target / "report.html").resolve():
             shutil.copyfile(report, target / "report.html")
         return target
+
+    def save_predictions(self) -> Path:
+        """Write ``predictions`` (and the metadata saying how they were made) into this profile's directory."""
+        write_csv_atomic(self.predictions[PREDICTION_COLUMNS], self.directory / "predictions.csv")
+        write_json_atomic(self.directory / "metadata.json", dict(self.metadata))
+        return self.directory / "predictions.csv"
 
     def __repr__(self) -> str:
         return (f"<tbs.Profile {self.name}: {len(self.layers)} layers, devices {', '.join(self.devices) or '-'}, "
@@ -179,6 +191,12 @@ def load_profile(directory: str | os.PathLike[str]) -> Profile:
         raise ProfileError(f"'{meta_path}' is not a tbs profile's metadata; re-run tbs profile")
     check_version(metadata, directory)
     frames = {name: _read_csv(directory / f"{name}.csv", columns) for name, columns in FILES.items()}
+    # A cell interrupted after its analysis was written is measured again on --resume: keep the last.
+    frames["analysis"] = frames["analysis"].drop_duplicates(
+        subset=["target", "layer", "device", "batch_size", "mode", "phase"], keep="last").reset_index(drop=True)
+    calibration = metadata.get("calibration")
+    frames["summary"] = with_roofline(frames["summary"], calibration)[[c for c in SUMMARY_COLUMNS]]
+    frames["model"] = with_roofline(frames["model"], calibration)[[c for c in MODEL_COLUMNS]]
     return Profile(directory=directory, metadata=metadata, **frames)
 
 

@@ -86,8 +86,7 @@ class ProfileStore:
     @property
     def paths(self) -> dict[str, Path]:
         d = self.directory
-        return {"summary": d / "summary.csv", "model": d / "model.csv", "samples": d / "samples.csv",
-                "transfers": d / "transfers.csv", "metadata": d / "metadata.json"}
+        return {**{name: d / f"{name}.csv" for name in FILES}, "metadata": d / "metadata.json"}
 
     def existing_status(self) -> str | None:
         path = self.paths["metadata"]
@@ -167,9 +166,11 @@ class ProfileStore:
         with no_interrupts():
             frame.to_csv(path, mode="a", header=not path.exists() or path.stat().st_size == 0, index=False)
 
-    def add_cell(self, key: CellKey, row: dict[str, Any], samples: list[dict[str, Any]]) -> None:
-        """Write one finished cell: its samples first, then its summary row (which marks it done)."""
+    def add_cell(self, key: CellKey, row: dict[str, Any], samples: list[dict[str, Any]],
+                 analysis: list[dict[str, Any]] = ()) -> None:
+        """Write one finished cell: its samples and analysis first, then its summary row (which marks it done)."""
         self._append("samples", samples, FILES["samples"])
+        self._append("analysis", analysis, FILES["analysis"])
         if key.target == "model":
             self._append("model", [row], FILES["model"])
         else:

@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tbs.backends.base import Device, PlacedStep, Runner, Source, TrainingPrograms
+from tbs.backends.base import CalibrationProgram, Device, PlacedStep, ProgramCost, Runner, Source, TrainingPrograms
 from tbs.backends.jax.capture import host_strings_accepted
 from tbs.backends.tensors import is_host_strings, iter_tensors, replace_tensors
 
@@ -149,6 +149,28 @@ class JaxDevice(Device):
             jax.block_until_ready(compiled(np.int32(n), values, tensors))
 
         return runner
+
+    def program_cost(self, call: Callable[..., Any], tensors: list[Any], jit: bool,
+                     variables: Sequence[Any] = ()) -> ProgramCost:
+        from tbs.backends.jax import analysis
+
+        variables = list(variables)
+        pure = _stateless(lambda *t: _arrays(call(*t)), variables)
+        return analysis.program_cost(self._put, pure, [v.value for v in variables], list(tensors))
+
+    def calibration_programs(self, dtype: str) -> list[CalibrationProgram]:
+        from tbs.backends.jax import analysis
+
+        return analysis.calibration_programs(self.kind, self._put, self.compile_blocked, dtype)
+
+    def peak_memory_bytes(self, reset: bool = False) -> int | None:
+        """On the CPU the process's peak RSS; on an accelerator its allocator's peak (never reset by JAX)."""
+        if self.kind == "cpu":
+            from tbs.backends.host import process_peak_bytes
+
+            return process_peak_bytes(reset)
+        stats = self.jax_device.memory_stats() or {}
+        return stats.get("bytes_in_use") if reset else stats.get("peak_bytes_in_use")
 
     def training_programs(self, call: Callable[..., Any], tensors: list[Any], variables: Sequence[Any],
                           grad_inputs: Sequence[bool], make_optimizer: Callable[[], Any] | None,

@@ -153,20 +153,50 @@ def training_programs(place: Callable[[Any], Any], call: Callable[..., Any], ten
     wanted = [i for i, (flag, t) in enumerate(zip(grad_inputs, tensors)) if flag and _is_float(t)]
     weight_bytes = _bytes([v.value for v in variables])
     if not float_outputs or not (trainable or wanted):
-        return TrainingPrograms(forward, None, False, None, weight_bytes, 0, None)
+        return TrainingPrograms(forward, None, False, None, weight_bytes, 0, None,
+                                _forward_cost(pure, train_values, state_values, tensors))
     rng = np.random.default_rng(seed)
     cotangents = [place((1e-3 * rng.standard_normal(shapes[k].shape)).astype(shapes[k].dtype)) for k in float_outputs]
     f = _differentiable(pure, state_values, tensors, wanted, float_outputs)
     wanted_values = [tensors[i] for i in wanted]
     backward, (weight_grads, _) = _backward(f, train_values, wanted_values, cotangents)
     residual_bytes = _residual_bytes(f, train_values, wanted_values)
+    costs = _costs(pure, train_values, state_values, tensors, f, wanted_values, cotangents)
     if not trainable or make_optimizer is None:
-        return TrainingPrograms(forward, backward, False, None, weight_bytes, 0, residual_bytes)
+        return TrainingPrograms(forward, backward, False, None, weight_bytes, 0, residual_bytes, costs)
     optimizer = make_optimizer()
     optimizer.build(trainable)
     slots = [place(v.value) for v in optimizer.variables]
     update = _update(optimizer, list(weight_grads), train_values, slots)
-    return TrainingPrograms(forward, backward, False, update, weight_bytes, _bytes(slots), residual_bytes)
+    return TrainingPrograms(forward, backward, False, update, weight_bytes, _bytes(slots), residual_bytes,
+                            _costs(pure, train_values, state_values, tensors, f, wanted_values, cotangents,
+                                   (optimizer, list(weight_grads), slots)))
+
+
+def _forward_cost(pure: Callable[..., Any], train_values: list[Any], state_values: list[Any],
+                  tensors: list[Any]) -> Callable[[], dict[str, Any]]:
+    from tbs.backends.jax.analysis import lowered_cost
+
+    return lambda: {"forward": lowered_cost(pure, train_values, state_values, *tensors)}
+
+
+def _costs(pure: Callable[..., Any], train_values: list[Any], state_values: list[Any], tensors: list[Any],
+           f: Callable[..., Any], wanted_values: list[Any], cotangents: list[Any],
+           update: tuple[Any, list[Any], list[Any]] | None = None) -> Callable[[], dict[str, Any]]:
+    """XLA's analysis of one call of each phase: the forward, the VJP of saved residuals, the update."""
+    from tbs.backends.jax.analysis import lowered_cost
+
+    def costs() -> dict[str, Any]:
+        jax = _jax()
+        _, vjp = jax.jit(lambda t, w: jax.vjp(f, t, w))(train_values, wanted_values)
+        found = {"forward": lowered_cost(pure, train_values, state_values, *tensors),
+                 "backward": lowered_cost(lambda v, g: v(g), vjp, cotangents)}
+        if update is not None:
+            optimizer, grads, slots = update
+            found["update"] = lowered_cost(optimizer.stateless_apply, slots, grads, train_values)
+        return found
+
+    return costs
 
 
 def train_step(place: Callable[[Any], Any], model: Any, tensors: list[Any], rebuild: Callable[[list[Any]], Any],
@@ -200,4 +230,24 @@ def train_step(place: Callable[[Any], Any], model: Any, tensors: list[Any], rebu
 
     compiled = jax.jit(blocked)
     start = (jax.numpy.zeros((), jax.numpy.float32), train_values, state_values, slots)
-    return lambda n: jax.block_until_ready(compiled(np.int32(n), start, tensors, targets))
+
+    def one_step(values: list[Any], state: list[Any], slots: list[Any], xs: list[Any], ts: list[Any]) -> Any:
+        (value, state), grads = gradient(values, state, xs, ts)
+        return value, optimizer.stateless_apply(slots, grads, values), state
+
+    def costs() -> dict[str, Any]:
+        from tbs.backends.jax.analysis import lowered_cost
+
+        return {"step": lowered_cost(one_step, train_values, state_values, slots, tensors, targets)}
+
+    return StepRunner(lambda n: jax.block_until_ready(compiled(np.int32(n), start, tensors, targets)), costs)
+
+
+class StepRunner:
+    """``runner(n)``: n whole train steps; ``runner.costs()``: XLA's analysis of one step."""
+
+    def __init__(self, run: Runner, costs: Callable[[], dict[str, Any]]) -> None:
+        self._run, self.costs = run, costs
+
+    def __call__(self, n: int) -> None:
+        self._run(n)

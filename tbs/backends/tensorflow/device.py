@@ -19,7 +19,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any, Callable, Sequence
 
-from tbs.backends.base import Device, PlacedStep, Runner, Source, TrainingPrograms
+from tbs.backends.base import CalibrationProgram, Device, PlacedStep, ProgramCost, Runner, Source, TrainingPrograms
 from tbs.backends.tensorflow import training
 from tbs.backends.tensorflow.capture import watch_ops
 from tbs.backends.tensorflow.environment import tensorflow as _tensorflow
@@ -99,6 +99,34 @@ class TFDevice(Device):
             result.numpy()  # a 4-byte scalar: waits for the device without copying activations
 
         return runner
+
+    def program_cost(self, call: Callable[..., Any], tensors: list[Any], jit: bool,
+                     variables: Sequence[Any] = ()) -> ProgramCost:
+        """XLA's analysis of the call (as --xla compiles it), else TensorFlow's graph statistics."""
+        from tbs.backends.tensorflow import analysis
+
+        return analysis.program_cost(self.tf_name, self.kind, call, list(tensors))
+
+    def calibration_programs(self, dtype: str) -> list[CalibrationProgram]:
+        from tbs.backends.tensorflow import analysis
+
+        return analysis.calibration_programs(self.kind, self.place, self.compile_blocked, dtype)
+
+    def peak_memory_bytes(self, reset: bool = False) -> int | None:
+        """On the CPU the process's peak RSS; on a GPU TensorFlow's allocator peak (reset where asked)."""
+        if self.kind == "cpu":
+            from tbs.backends.host import process_peak_bytes
+
+            return process_peak_bytes(reset)
+        tf = _tensorflow()
+        name = self.tf_name.split("device:")[-1]
+        try:
+            if reset:
+                tf.config.experimental.reset_memory_stats(name)
+            info = tf.config.experimental.get_memory_info(name)
+        except (ValueError, RuntimeError):
+            return None
+        return info["current"] if reset else info["peak"]
 
     def training_programs(self, call: Callable[..., Any], tensors: list[Any], variables: Sequence[Any],
                           grad_inputs: Sequence[bool], make_optimizer: Callable[[], Any] | None,

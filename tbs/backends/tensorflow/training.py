@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from tbs.backends.base import Runner, TrainingPrograms
+from tbs.backends.tensorflow import analysis
 from tbs.backends.tensorflow.environment import tensorflow as _tensorflow
 
 if TYPE_CHECKING:
@@ -178,7 +179,19 @@ def _update(device: TFDevice, trainable: list[Any], grads: list[Any], make_optim
         return [tf.reshape(c.read_value(), [-1])[:1] for c in copies]  # read after the update
 
     slots = sum(_bytes(v.shape, v.dtype) or 0 for v in optimizer.variables)
-    return device.compile_blocked(apply, grads, jit), slots
+    runner = device.compile_blocked(apply, grads, jit)
+    runner_costs = lambda: analysis.program_cost(device.tf_name, device.kind, apply, list(grads))  # noqa: E731
+    return _WithCost(runner, runner_costs), slots
+
+
+class _WithCost:
+    """A runner that can also say what one call of its program costs (XLA's analysis)."""
+
+    def __init__(self, run: Runner, cost: Callable[[], Any]) -> None:
+        self._run, self.cost = run, cost
+
+    def __call__(self, n: int) -> None:
+        self._run(n)
 
 
 def training_programs(device: TFDevice, call: Callable[..., Any], tensors: list[Any], variables: Sequence[Any],
@@ -203,8 +216,16 @@ def training_programs(device: TFDevice, call: Callable[..., Any], tensors: list[
             residuals = residual_bytes(call, tensors, trainable, flagged, cotangents)
         if grads is not None and make_optimizer is not None:
             update, slot_bytes = _update(device, trainable, grads, make_optimizer, jit)
+    def costs() -> dict[str, Any]:
+        found = {"forward": analysis.program_cost(device.tf_name, device.kind, call, list(tensors))}
+        if backward is not None:
+            found["forward+backward"] = analysis.program_cost(device.tf_name, device.kind, step, list(tensors))
+        if update is not None:
+            found["update"] = update.cost()
+        return found
+
     return TrainingPrograms(forward=forward, backward=backward, backward_includes_forward=True, update=update,
-                            weight_bytes=weight_bytes, slot_bytes=slot_bytes, residual_bytes=residuals)
+                            weight_bytes=weight_bytes, slot_bytes=slot_bytes, residual_bytes=residuals, costs=costs)
 
 
 class TrainStepRunner:
@@ -218,6 +239,7 @@ class TrainStepRunner:
         self._blocked = blocked
         self._model = model
         self._saved = model.get_weights()
+        self.costs: Callable[[], dict[str, Any]] | None = None  # XLA's analysis of one step
 
     def __call__(self, n: int) -> None:
         self._blocked(n)
@@ -253,4 +275,6 @@ def train_step(device: TFDevice, model: Any, tensors: list[Any], rebuild: Callab
         return value
 
     # compile_blocked only defines the program (it traces on the first run): the snapshot is of the start.
-    return TrainStepRunner(device.compile_blocked(step, list(tensors) + list(targets), jit, model.variables), model)
+    runner = TrainStepRunner(device.compile_blocked(step, list(tensors) + list(targets), jit, model.variables), model)
+    runner.costs = lambda: {"step": analysis.program_cost(device.tf_name, device.kind, step, list(tensors) + list(targets))}
+    return runner

@@ -1,0 +1,60 @@
+"""What XLA says a call costs on a JAX device, and the programs that calibrate the device's ceilings.
+
+The analysed program is the call alone, as a pure function of its variables' values and its
+tensors (the body the timed loop repeats): ``jit(...).lower()`` gives the HLO before XLA's
+passes, ``.compile()`` the optimised program, its cost analysis and its memory analysis.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from tbs.backends import xla
+from tbs.backends.base import CalibrationProgram, ProgramCost
+
+# Square matmul side and streamed bytes: long enough to reach the ceiling, short to time.
+MATMUL_N = {"cpu": 1024, "gpu": 8192, "tpu": 8192}
+STREAM_BYTES = {"cpu": 256 * 2**20, "gpu": 2 * 2**30, "tpu": 2 * 2**30}
+
+
+def _jax() -> Any:
+    import jax
+
+    return jax
+
+
+def program_cost(place: Callable[[Any], Any], pure: Callable[..., Any], values: list[Any],
+                 tensors: list[Any]) -> ProgramCost:
+    """XLA's analysis of ``pure(values, *tensors)``, lowered and compiled for the device ``place`` targets."""
+    return lowered_cost(pure, [place(v) for v in values], *[place(t) for t in tensors])
+
+
+def lowered_cost(fn: Callable[..., Any], *args: Any) -> ProgramCost:
+    """XLA's analysis of ``jit(fn)(*args)``: before optimisation, after it, and the compiled memory."""
+    lowered = _jax().jit(fn).lower(*args)
+    before = xla.cost_fields(lowered.cost_analysis())
+    compiled = lowered.compile()
+    after = xla.cost_fields(compiled.cost_analysis())
+    memory = xla.memory_fields(compiled.memory_analysis())
+    return xla.program_cost("xla", before, after, memory)
+
+
+def calibration_programs(kind: str, place: Callable[[Any], Any],
+                         compile_blocked: Callable[..., Any], dtype: str) -> list[CalibrationProgram]:
+    """A matmul (its FLOP/s) and a sum over a large array (its read bandwidth) in ``dtype``."""
+    jnp = _jax().numpy
+    n = MATMUL_N.get(kind, 1024)
+    rng = np.random.default_rng(0)
+    a = place(jnp.asarray(rng.standard_normal((n, n), np.float32), dtype))
+    b = place(jnp.asarray(rng.standard_normal((n, n), np.float32), dtype))
+    itemsize = np.dtype(jnp.dtype(dtype)).itemsize
+    count = STREAM_BYTES.get(kind, STREAM_BYTES["cpu"]) // itemsize
+    x = place(jnp.ones((count,), dtype))
+    return [
+        CalibrationProgram("matmul", dtype, compile_blocked(lambda p, q: p @ q, [a, b], True), 2.0 * n ** 3,
+                           3.0 * n * n * itemsize),
+        CalibrationProgram("stream", dtype, compile_blocked(lambda v: jnp.sum(v, dtype=jnp.float32), [x], True),
+                           float(count), float(count * itemsize)),
+    ]

@@ -1,0 +1,84 @@
+"""What a call costs on a TensorFlow device, from XLA where it compiles, else from TensorFlow's graph statistics.
+
+The analysed program is the call as one XLA computation (``tf.function(jit_compile=True)``,
+the body the timed loop runs with --xla). ``experimental_get_compiler_ir`` gives its HLO
+before and after XLA's passes; XLA's own cost analysis counts both and its memory analysis
+sizes the compiled buffers (tbs.backends.xla). A call XLA cannot compile (string ops) gets
+TensorFlow's registered per-op FLOP statistics of its graph instead, and says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from tbs.backends import xla
+from tbs.backends.base import CalibrationProgram, ProgramCost
+from tbs.backends.tensorflow.environment import tensorflow as _tensorflow
+
+MATMUL_N = {"cpu": 1024, "gpu": 8192, "tpu": 8192}
+STREAM_BYTES = {"cpu": 256 * 2**20, "gpu": 2 * 2**30, "tpu": 2 * 2**30}
+XLA_SOURCE = "xla (TensorFlow's HLO)"
+GRAPH_SOURCE = "tensorflow graph statistics"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:200]
+
+
+def program_cost(device_name: str, kind: str, call: Callable[..., Any], tensors: list[Any]) -> ProgramCost:
+    """On a CPU one compile of the HLO gives the optimised counts and the memory; on an accelerator
+    TensorFlow's own optimised HLO gives the counts, and the memory is not known."""
+    tf = _tensorflow()
+    compiled = tf.function(call, jit_compile=True)
+    try:
+        with tf.device(device_name):
+            ir = compiled.experimental_get_compiler_ir(*tensors)
+            text = ir(stage="hlo")
+            # The CPU's program is compiled again from the unoptimised HLO (the optimised one's layouts
+            # do not round-trip); an accelerator's optimised HLO is TensorFlow's own compile for it.
+            program = ir(stage="hlo_serialized") if kind == "cpu" else ir(stage="optimized_hlo")
+    except Exception as exc:  # XLA cannot compile it (string ops): TensorFlow's own statistics
+        return graph_cost(call, tensors, f"XLA cannot compile it ({_first_line(exc)})")
+    try:
+        before = xla.hlo_text_cost(text)
+        if kind == "cpu":
+            after, memory = xla.hlo_compiled(program)
+        else:
+            after, memory = xla.hlo_text_cost(program), None
+    except Exception as exc:  # XLA's analysis is unavailable here (jaxlib missing or changed)
+        return graph_cost(call, tensors, f"XLA's cost analysis is unavailable ({_first_line(exc)})")
+    reason = "" if memory else "no memory analysis of an accelerator's program through TensorFlow"
+    return xla.program_cost(XLA_SOURCE, before, after, memory, reason)
+
+
+def graph_cost(call: Callable[..., Any], tensors: list[Any], why: str) -> ProgramCost:
+    """FLOPs from the ops' registered statistics (MatMul, Conv2D...); bytes are not counted there."""
+    tf = _tensorflow()
+    graph = tf.function(call).get_concrete_function(*tensors).graph
+    options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
+    options["output"] = "none"
+    stats = tf.compat.v1.profiler.profile(graph=graph, options=options)
+    return ProgramCost(source=GRAPH_SOURCE, flops=float(stats.total_float_ops),
+                       reason=f"{why}; bytes and memory are not in TensorFlow's graph statistics")
+
+
+def calibration_programs(kind: str, place: Callable[[Any], Any], compile_blocked: Callable[..., Any],
+                         dtype: str) -> list[CalibrationProgram]:
+    """A matmul (its FLOP/s) and a sum over a large array (its read bandwidth) in ``dtype``."""
+    tf = _tensorflow()
+    n = MATMUL_N.get(kind, 1024)
+    rng = np.random.default_rng(0)
+    a = place(tf.cast(rng.standard_normal((n, n), np.float32), dtype))
+    b = place(tf.cast(rng.standard_normal((n, n), np.float32), dtype))
+    itemsize = tf.as_dtype(dtype).size
+    count = STREAM_BYTES.get(kind, STREAM_BYTES["cpu"]) // itemsize
+    x = place(tf.ones((count,), dtype))
+    return [
+        CalibrationProgram("matmul", dtype, compile_blocked(lambda p, q: tf.matmul(p, q), [a, b], False),
+                           2.0 * n ** 3, 3.0 * n * n * itemsize),
+        CalibrationProgram("stream", dtype, compile_blocked(lambda v: tf.reduce_sum(tf.cast(v, tf.float32)), [x], False),
+                           float(count), float(count * itemsize)),
+    ]

@@ -1,0 +1,83 @@
+"""XLA's own cost and memory analysis, for any backend that hands XLA a program.
+
+JAX exposes it on every lowered and compiled program. TensorFlow exposes the HLO it
+gives XLA (``experimental_get_compiler_ir``) but no analysis of it, so its HLO text is
+parsed and analysed by the same XLA (jaxlib's ``HloCostAnalysis``): the FLOPs and bytes
+of the program TensorFlow compiles, counted by the compiler's own rules, not by ours.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from tbs.backends.base import ProgramCost
+
+
+def cost_fields(analysis: Any) -> dict[str, float | None]:
+    """flops / bytes accessed / transcendentals from an XLA cost-analysis dict (or a one-element list of one)."""
+    if isinstance(analysis, (list, tuple)):
+        analysis = analysis[0] if analysis else None
+    if not isinstance(analysis, Mapping):
+        return {"flops": None, "bytes_accessed": None, "transcendentals": None}
+
+    def value(key: str) -> float | None:
+        raw = analysis.get(key, 0.0)  # XLA leaves out a count that is zero (a copy has no "flops")
+        return float(raw) if raw is not None and float(raw) >= 0 else None
+
+    return {"flops": value("flops"), "bytes_accessed": value("bytes accessed"),
+            "transcendentals": value("transcendentals")}
+
+
+def memory_fields(stats: Any) -> dict[str, int | None]:
+    """Temporary, argument and output bytes from XLA's CompiledMemoryStats (None where absent)."""
+    def value(name: str) -> int | None:
+        raw = getattr(stats, name, None)
+        return int(raw) if raw is not None and raw >= 0 else None
+
+    return {"temp_bytes": value("temp_size_in_bytes"), "argument_bytes": value("argument_size_in_bytes"),
+            "output_bytes": value("output_size_in_bytes")}
+
+
+def hlo_text_cost(hlo_text: str) -> dict[str, float | None]:
+    """XLA's HloCostAnalysis of an HLO module given as text (TensorFlow's compiler IR)."""
+    import jax
+    from jax._src.lib import xla_client
+    from jaxlib import _hlo
+
+    module = _hlo.hlo_module_from_text(hlo_text)
+    client = jax.devices("cpu")[0].client
+    return cost_fields(xla_client._xla.hlo_module_cost_analysis(client, module))
+
+
+def hlo_compiled(serialized_hlo: bytes) -> tuple[dict[str, float | None], dict[str, int | None]]:
+    """XLA's cost analysis of the optimised program and its memory analysis, from one compile for this host's CPU.
+
+    TensorFlow keeps its compiled XLA executables to itself; compiling the same HLO with the
+    same compiler gives the optimised program (its counts match TensorFlow's own optimised
+    HLO) and the buffer sizes it needs: CPU figures, so only for a CPU device.
+    """
+    import jax
+    from jax._src import compiler
+    from jax._src.interpreters import mlir
+    from jax._src.lib import xla_client
+    from jax._src.lib.mlir import ir
+    from jaxlib import _hlo
+
+    text = xla_client._xla.mlir.xla_computation_to_mlir_module(_hlo.XlaComputation(serialized_hlo))
+    client = jax.devices("cpu")[0].client
+    with mlir.make_ir_context():
+        module = ir.Module.parse(text)
+        options = compiler.get_compile_options(num_replicas=1, num_partitions=1)
+        devices = xla_client.DeviceList(tuple(client.devices()[:1]))
+        executable = compiler.backend_compile_and_load(client, module, devices, options, [])
+    after = cost_fields(xla_client._xla.hlo_module_cost_analysis(client, executable.hlo_modules()[0]))
+    return after, memory_fields(executable.get_compiled_memory_stats())
+
+
+def program_cost(source: str, before: Mapping[str, Any], after: Mapping[str, Any],
+                 memory: Mapping[str, Any] | None, reason: str = "") -> ProgramCost:
+    """One ProgramCost from the analyses before and after optimisation, and the memory analysis."""
+    return ProgramCost(
+        source=source, flops=after.get("flops"), bytes_accessed=after.get("bytes_accessed"),
+        flops_unoptimized=before.get("flops"), bytes_unoptimized=before.get("bytes_accessed"),
+        transcendentals=after.get("transcendentals"), reason=reason, **dict(memory or {}))
