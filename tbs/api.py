@@ -38,7 +38,7 @@ from tbs.schema import ProfileStatus
 from tbs.place.verify import Verification, verify_recommendation
 from tbs.run import Run, RunOptions, custom_object_dict
 
-__all__ = ["profile", "load", "recommend", "verify", "render", "devices", "placement_for_report"]
+__all__ = ["profile", "load", "recommend", "verify", "render", "devices", "predict", "placement_for_report"]
 
 PathLike = str | os.PathLike
 
@@ -52,7 +52,7 @@ def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Seque
             input: Any = None, custom_objects: Any = None, out: PathLike | None = None, resume: bool = False,
             timing: TimingConfig | None = None, xla: bool = False, seed: int = 0, safe_mode: bool = True,
             progress: Any = "auto", report: bool = True, loss: str | None = None, optimizer: str | None = None,
-            samples: int | None = None) -> Profile:
+            samples: int | None = None, capacity: bool = False, analysis: bool = True) -> Profile:
     """Time every layer of ``model`` on each device and batch size; returns the Profile.
 
     ``model`` is a .pkl/.pickle/.keras path or an in-memory ``keras.Model`` (copied once
@@ -62,6 +62,11 @@ def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Seque
     ``training=True`` times each layer's forward, backward and optimizer update, the loss,
     and the whole compiled train step; ``loss``/``optimizer`` name Keras ones (default: the
     model's compiled ones, else a stand-in), ``samples`` is the dataset size (cost per epoch).
+    Each device's memory per batch is fitted from the compiled programs, with the largest
+    batch it allows (``metadata["capacity"]``); ``capacity=True`` then confirms it by real
+    calls that double while the measured peak memory allows (they use most of the memory).
+    ``analysis=False`` skips the compiler's analysis and the devices' calibration (faster on
+    big models; no roofline, no predictions).
     Ctrl-C stops after the current sample and returns what was measured, marked
     ``interrupted`` (``resume=True`` finishes it); a second Ctrl-C stops at once.
     """
@@ -74,7 +79,9 @@ def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Seque
         prices=checks.prices(prices), training=checks.flag("training", training), backend=backend, input=input,
         custom_objects=checks.custom_objects(custom_objects), out=Path(out) if out is not None else None,
         resume=resume, timing=checks.timing(timing), xla=checks.flag("xla", xla), seed=checks.whole("seed", seed),
-        safe_mode=checks.flag("safe_mode", safe_mode), **checks.training_options(training, loss, optimizer, samples))
+        safe_mode=checks.flag("safe_mode", safe_mode), capacity=checks.flag("capacity", capacity),
+        analysis=checks.flag("analysis", analysis),
+        **checks.training_options(training, loss, optimizer, samples))
     run = Run(options, reporter(progress), warn=_warn)
     store = ProfileStore(options.out) if options.out is not None else None
     if store is not None:
@@ -92,9 +99,18 @@ def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Seque
             store.unlock()
     result = finished or load_profile(directory)
     if report and not interrupted:
-        (directory / "report.html").write_text(render(result, "html", recommendation=placement_for_report(result)),
-                                               encoding="utf-8")
+        _write_report(result, directory)
     return result
+
+
+def _write_report(result: Profile, directory: Path) -> None:
+    """The profile's report.html; a report that cannot be made (memory) is a warning, not a lost profile."""
+    try:
+        page = render(result, "html", recommendation=placement_for_report(result))
+        (directory / "report.html").write_text(page, encoding="utf-8")
+    except (MemoryError, OSError) as exc:
+        _warn(f"report.html was not written ({type(exc).__name__}: {exc}); the profile is complete: "
+              f"tbs report {directory} -o report.html makes it")
 
 
 def _measure(run: Run, store: ProfileStore) -> bool:
@@ -194,17 +210,36 @@ def _as_profile(profile: Any) -> Profile:
     return load(profile)
 
 
+def predict(profile: Profile | PathLike, devices: str | Sequence[str], *, source: str | None = None,
+            catalog: PathLike | None = None, prices: str | Mapping[str, float] | None = None) -> Profile:
+    """The profile with predicted cells for catalog devices it did not measure (``profile.predictions``).
+
+    Each layer's measured time on ``source`` (default: a measured device of the target's kind,
+    else the CPU) is scaled by a roofline model of the compiler's FLOPs and bytes against the
+    target's catalog ceilings, with a 90% band; every row says ``source=predicted`` and its
+    method. ``prices`` override catalog prices by device id (``h100=2.5``). Nothing measured changes.
+    """
+    from tbs.predictions import predict as _predict
+
+    result = _predict(_as_profile(profile), devices, source, None if catalog is None else str(catalog))
+    table = checks.prices(prices)
+    return reprice(result, table, {}) if table else result
+
+
 def recommend(profile: Profile | PathLike, objective: str = "cost", *, batch_size: int | None = None,
               billing: str = "metered", max_latency_ms: float | None = None, budget_usd_per_1m: float | None = None,
               prices: str | Mapping[str, float] | None = None, spot: str | Mapping[str, float] | None = None,
               verify: bool = False, custom_objects: Any = None, safe_mode: bool = True, model: Any = None,
-              input: Any = None) -> Recommendation:
+              input: Any = None, include_predicted: bool = False) -> Recommendation:
     """Which device each layer should run on, transfers included (exact), against every single device.
 
     ``prices``/``spot`` re-price the devices they name (the others keep their profiled
     prices). ``verify=True`` runs the placement and the single devices for real on this
     machine (``rec.verification``, see ``verify``): a split wins only when it measures better.
+    ``include_predicted=True`` adds the profile's predicted devices (``tbs.predict``) as
+    candidates; without it they are left out, and ``rec.predicted_note`` says so either way.
     """
+    from tbs.place.predicted import ignored_note, with_predictions
     from tbs.place.recommend import recommend as solve
 
     if objective not in ("cost", "time"):
@@ -217,8 +252,14 @@ def recommend(profile: Profile | PathLike, objective: str = "cost", *, batch_siz
     chosen = _as_profile(profile)
     if prices is not None or spot is not None:
         chosen = reprice(chosen, checks.prices(prices), checks.spot(spot))
+    note = ignored_note(chosen)
+    if checks.flag("include_predicted", include_predicted):
+        chosen, note = with_predictions(chosen)
     rec = solve(chosen, objective, batch, billing, latency, budget)
+    rec.predicted_note = note
     if checks.flag("verify", verify):
+        if include_predicted and note:
+            raise TbsError("verify: predicted devices cannot be run here; verify without include_predicted")
         _verify(chosen, rec, custom_objects, safe_mode, model, input)
     return rec
 

@@ -19,8 +19,8 @@ from pathlib import Path
 PACKAGE_DIR = Path(__file__).resolve().parent.parent / "tbs"
 
 FOUNDATION = ("tbs.errors", "tbs.units", "tbs.schema")
-STAGES = ("tbs.backends", "tbs.load", "tbs.capture", "tbs.measure", "tbs.profiles", "tbs.cost", "tbs.place",
-          "tbs.report")
+STAGES = ("tbs.backends", "tbs.load", "tbs.capture", "tbs.measure", "tbs.profiles", "tbs.predictions", "tbs.cost",
+          "tbs.place", "tbs.report")
 TOP = ("tbs", "tbs.api", "tbs.run", "tbs.checks", "tbs.progress", "tbs.cli", "tbs.__main__", "tbs.testing",
        "tbs.testing_training")
 TOP_PACKAGES = ("tbs.cli",)

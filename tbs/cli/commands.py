@@ -75,6 +75,10 @@ def cli() -> None:
 @click.option("--min-span-seconds", type=click.FloatRange(min=0.0), default=2.0, show_default=True,
               help="A cell's samples must spread over this much wall time (drift on shared machines).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for synthetic inputs.")
+@click.option("--no-analysis", is_flag=True, help="Skip the compiler's FLOPs/bytes/memory per cell and the devices' "
+                                                  "calibration (faster on big models; no roofline, no tbs predict).")
+@click.option("--capacity", is_flag=True, help="After timing, find each device's largest batch that fits by real "
+                                               "calls that double while the measured peak allows (uses most of its memory).")
 def profile(model_path: Path, out_dir: Path | None, min_samples: int, target_ci: float, max_cell_seconds: float,
             min_block_ms: float, min_span_seconds: float, no_safe_mode: bool, **options: Any) -> None:
     """Time every layer of MODEL on each device and batch size; save under profiles/."""
@@ -88,7 +92,7 @@ def profile(model_path: Path, out_dir: Path | None, min_samples: int, target_ci:
             custom_objects=list(options["custom_files"]) or None, out=directory, resume=options["resume"],
             timing=timing, xla=options["xla"], seed=options["seed"], safe_mode=not no_safe_mode,
             progress=TerminalProgress(), loss=options["loss"], optimizer=options["optimizer"],
-            samples=options["samples"])
+            samples=options["samples"], capacity=options["capacity"], analysis=not options["no_analysis"])
     except KeyboardInterrupt:
         _interrupted(directory)
     if not result.complete:
@@ -148,16 +152,20 @@ def report(directories: tuple[Path, ...], prices: dict[str, float] | None, spot:
               help="metered: pay each device for its busy seconds; dedicated: pay every used device for the whole run.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--verify", is_flag=True, help="Run the placement and the single devices for real; predicted vs measured.")
+@click.option("--include-predicted", is_flag=True,
+              help="Also place on the devices tbs predict added (labelled; their host links are assumed).")
 @click.option("--custom-objects", "custom_files", type=click.Path(path_type=Path), multiple=True,
               help="With --verify: Python file defining the model's custom classes (repeatable).")
 @click.option("--no-safe-mode", is_flag=True, help=f"With --verify: {NO_SAFE_MODE_HELP}")
 def recommend(directory: Path, prices: dict[str, float] | None, spot: dict[str, float] | None, objective: str,
               batch_size: int | None, max_latency_ms: float | None, budget: float | None, billing: str, fmt: str,
-              verify: bool, custom_files: tuple[Path, ...], no_safe_mode: bool) -> None:
+              verify: bool, custom_files: tuple[Path, ...], no_safe_mode: bool, include_predicted: bool) -> None:
     """Which device each layer should run on, transfers included (exact), against single devices."""
     profile = api.load(directory, prices=prices, spot=spot)
+    if verify and include_predicted:
+        raise TbsError("--verify runs placements for real and predicted devices are not here: drop --include-predicted")
     rec = api.recommend(profile, objective, batch_size=batch_size, billing=billing, max_latency_ms=max_latency_ms,
-                        budget_usd_per_1m=budget)
+                        budget_usd_per_1m=budget, include_predicted=include_predicted)
     click.echo(api.render(None, fmt, recommendation=rec))
     if verify:  # printed after the prediction, which is worth seeing while the replay runs
         api.verify(profile, rec, custom_objects=list(custom_files) or None, safe_mode=not no_safe_mode)
@@ -165,10 +173,37 @@ def recommend(directory: Path, prices: dict[str, float] | None, spot: dict[str, 
 
 
 @cli.command()
+@click.argument("directory", metavar="PROFILE_DIR", type=click.Path(path_type=Path))
+@click.option("--device", "targets", required=True,
+              help="Catalog devices to predict, e.g. l4,h100,tpu-v5e (tbs devices --catalog lists them).")
+@click.option("--from", "source", default=None, help="The measured device to scale from (default: one of the "
+                                                     "target's kind, else the CPU).")
+@click.option("--catalog", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="A device catalog CSV with the shipped one's columns (default: the shipped catalog).")
+@click.option("--cost", "prices", type=PRICES, default=None, help="Override catalog prices by device id, e.g. h100=2.5.")
+def predict(directory: Path, targets: str, source: str | None, catalog: Path | None,
+            prices: dict[str, float] | None) -> None:
+    """Predict every layer on catalog devices you do not have (labelled, never mixed with measured cells)."""
+    if catalog is not None and not catalog.is_file():
+        raise TbsError(f"--catalog: '{catalog}' does not exist; give a CSV with the columns of tbs/predictions/catalog.csv")
+    result = api.predict(api.load(directory), targets, source=source, catalog=catalog, prices=prices)
+    path = result.save_predictions()
+    click.echo(api.render(result, "text"))
+    click.echo(f"\nPredictions saved in {path} (source=predicted; tbs report shows them apart; "
+               f"tbs recommend --include-predicted uses them)")
+
+
+@cli.command()
+@click.option("--catalog", "show_catalog", is_flag=True, help="List the device catalog tbs predicts for instead.")
 @click.option("--backend", "backends", type=click.Choice(BACKENDS), multiple=True,
               help="Only this backend (repeatable). Default: every backend.")
-def devices(backends: tuple[str, ...]) -> None:
+def devices(backends: tuple[str, ...], show_catalog: bool) -> None:
     """List each backend's devices, and why a backend or device kind is unavailable."""
+    if show_catalog:
+        from tbs.predictions.catalog import catalog_frame
+
+        click.echo(catalog_frame().to_string(index=False, na_rep=""))
+        return
     table = api.devices(list(backends) or None)
     for name, rows in table.groupby("backend", sort=False):
         click.echo(f"{name}:")

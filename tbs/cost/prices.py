@@ -16,6 +16,15 @@ from tbs.errors import TbsError
 _KEY = re.compile(r"^([\w.-]+/)?(cpu|gpu|tpu)(:\d+)?$")
 
 
+def known_key(key: str) -> bool:
+    """A device kind or name (gpu, gpu:1, host/gpu:1), or a device of the catalog tbs predicts for (h100)."""
+    if _KEY.match(key):
+        return True
+    from tbs.predictions.catalog import load_catalog
+
+    return key in load_catalog()
+
+
 def parse_prices(text: str, where: str = "--cost") -> dict[str, float]:
     """Parse 'cpu=0.5,gpu=3' into {'cpu': 0.5, 'gpu': 3.0} (USD per hour).
 
@@ -31,8 +40,9 @@ def parse_prices(text: str, where: str = "--cost") -> dict[str, float]:
         value = value.strip()
         if not sep or not key or not value:
             raise TbsError(f"{where}: '{item}' is not KIND=USD_PER_HOUR; write e.g. cpu=0.5,gpu=3")
-        if not _KEY.match(key):
-            raise TbsError(f"{where}: unknown device '{key}'; use cpu, gpu, tpu or one device such as gpu:0")
+        if not known_key(key):
+            raise TbsError(f"{where}: unknown device '{key}'; use cpu, gpu, tpu, one device such as gpu:0, "
+                           f"or a catalog device such as h100 (tbs devices --catalog)")
         prices[key] = parse_price_value(value, key, where)
     if not prices:
         raise TbsError(f"{where}: no price given; write e.g. cpu=0.5,gpu=3")
@@ -82,7 +92,7 @@ def parse_spot(text: str, where: str = "--spot") -> dict[str, float]:
     for item in (part.strip() for part in text.split(",") if part.strip()):
         key, sep, value = item.partition("=")
         key = key.strip().lower()
-        if not sep or not _KEY.match(key):
+        if not sep or not known_key(key):
             raise TbsError(f"{where}: '{item}' is not DEVICE=FRACTION; write e.g. tpu=0.7 (70% off)")
         spot[key] = _fraction(value, key, where)
     return spot

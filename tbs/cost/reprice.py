@@ -70,13 +70,15 @@ def reprice(profile: Profile, usd_per_hour: Mapping[str, float], spot: Mapping[s
     """
     spot = spot or {}
 
-    def apply(frame: pd.DataFrame) -> pd.DataFrame:
+    def apply(frame: pd.DataFrame, by_kind: bool = True) -> pd.DataFrame:
         if frame.empty:
             return frame
         frame = frame.copy()
         prices = []
         for device, kind, recorded in zip(frame["device"], frame["device_kind"], frame["usd_per_hour"]):
-            price = lookup(usd_per_hour, device, kind)
+            # A predicted device (a catalog id) is priced by its own id only: "gpu=3" prices the
+            # GPU the user measured, not every GPU in the catalog.
+            price = lookup(usd_per_hour, device, kind if by_kind else "\0")
             if price is None and is_number(recorded):
                 price = float(recorded)
             discount = lookup(spot, device, kind) or 0.0
@@ -88,4 +90,5 @@ def reprice(profile: Profile, usd_per_hour: Mapping[str, float], spot: Mapping[s
     table = dict(profile.metadata.get("prices_usd_per_hour") or {})
     table.update(usd_per_hour)
     metadata = dict(profile.metadata, prices_usd_per_hour=table, spot_discount=dict(spot))
-    return replace(profile, metadata=metadata, summary=apply(profile.summary), model=apply(profile.model))
+    return replace(profile, metadata=metadata, summary=apply(profile.summary), model=apply(profile.model),
+                   predictions=apply(profile.predictions, by_kind=False))

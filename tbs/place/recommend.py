@@ -32,6 +32,7 @@ from tbs.errors import TbsError
 from tbs.place.solvers import INFEASIBLE, Problem, Solution, Tensor, solve, solve_milp
 from tbs.profiles.profile import Profile
 from tbs.measure.transfers import TransferFit, pair_key
+from tbs.place.memory import MemoryLimits, limits_for
 
 
 @dataclass
@@ -47,6 +48,7 @@ class Inputs:
     tensors: list[Tensor]
     fits: dict[str, TransferFit]
     mode: str = "inference"
+    memory: MemoryLimits | None = None  # device memory as a hard limit (None: no sizes known)
 
     def transfer_seconds(self, src: str, dst: str, nbytes: int) -> float:
         if src == dst:
@@ -93,7 +95,12 @@ def gather(profile: Profile, batch_size: int | None) -> Inputs:
     host = profile.metadata.get("host_device") or next((d for d in devices if kinds.get(d) == "cpu"), devices[0])
     tensors = graph_tensors((profile.metadata.get("graph") or {}).get(str(batch), []), layers, profile.mode)
     fits = {k: TransferFit(v["alpha_s"], v["beta_s_per_byte"]) for k, v in (profile.metadata.get("transfers") or {}).items()}
-    return Inputs(batch, layers, devices, host, seconds, usd, tensors, fits, profile.mode)
+    memory = limits_for(profile, rows, batch)
+    for l in layers:
+        for d in devices:
+            if not memory.fits_alone(l, d):  # its weights and activations alone exceed the device
+                seconds[(l, d)] = INFEASIBLE
+    return Inputs(batch, layers, devices, host, seconds, usd, tensors, fits, profile.mode, memory)
 
 
 def graph_tensors(edges: list[dict[str, Any]], layers: list[str], mode: str = "inference") -> list[Tensor]:
@@ -165,6 +172,8 @@ class Recommendation:
     argmin: Evaluation | None
     frontier: list[Evaluation] = field(default_factory=list)
     verification: Any = None  # a verify.Verification once the placement has been run for real
+    # Whether predicted (not measured) devices took part, or were left out: every output prints it.
+    predicted_note: str = ""
 
     @property
     def batch_size(self) -> int:
@@ -305,6 +314,8 @@ def recommend(profile: Profile, objective: str = "cost", batch_size: int | None 
             c = metered_cost_problem(inp)
             constraint = _linear_weights(c, budget_usd_per_1m * inp.batch_size / 1e6)
         solution = solve_milp(problem, constraint) if constraint else solve(problem)
+        if solution.placement and inp.memory is not None and inp.memory.over(solution.placement):
+            solution = solve_milp(problem, constraint, inp.memory.constraints(inp.layers, inp.devices))
         if not solution.placement:
             raise TbsError("no placement meets the constraint; relax --max-latency or --budget "
                            "(max_latency_ms, budget_usd_per_1m)")
@@ -312,7 +323,8 @@ def recommend(profile: Profile, objective: str = "cost", batch_size: int | None 
     singles = []
     for d in inp.devices:
         placement = {l: d for l in inp.layers}
-        if all(math.isfinite(inp.seconds[(l, d)]) for l in inp.layers):
+        fits = inp.memory is None or not inp.memory.over(placement)
+        if fits and all(math.isfinite(inp.seconds[(l, d)]) for l in inp.layers):
             single = evaluate(inp, f"all on {d}", placement, billing)
             if math.isfinite(single.seconds_per_batch):  # else: copies to d were never measured
                 singles.append(single)

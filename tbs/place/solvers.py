@@ -275,12 +275,13 @@ def _transfer_rows(problem: Problem, var: dict[tuple, int], rows: _Rows) -> None
                 rows.add(coefs, constant, math.inf)
 
 
-def solve_milp(problem: Problem, extra_constraint: tuple[dict[tuple[str, str], float], dict, float] | None = None
-               ) -> Solution:
+def solve_milp(problem: Problem, extra_constraint: tuple[dict[tuple[str, str], float], dict, float] | None = None,
+               more: list[tuple[dict[tuple[str, str], float], dict, float]] = ()) -> Solution:
     """Integer program (HiGHS). x[l,d] = layer l on d; z[t,s,d] >= x[src,s] + x[c,d] - 1 pays s->d once.
 
     ``extra_constraint`` = (per (layer, device) weights, per (tensor index, s, d) weights, bound):
-    Σ w·x + Σ v·z <= bound, for latency or budget caps.
+    Σ w·x + Σ v·z <= bound, for latency or budget caps; ``more`` adds rows of the same form
+    (device memory).
     """
     from scipy.optimize import Bounds, LinearConstraint, milp
 
@@ -290,8 +291,7 @@ def solve_milp(problem: Problem, extra_constraint: tuple[dict[tuple[str, str], f
     for l in problem.layers:
         rows.add({var[("x", l, d)]: 1.0 for d in problem.devices}, 1.0, 1.0)
     _transfer_rows(problem, var, rows)
-    if extra_constraint is not None:
-        node_w, edge_w, bound = extra_constraint
+    for node_w, edge_w, bound in ([extra_constraint] if extra_constraint is not None else []) + list(more):
         coefs = {var[("x", l, d)]: w for (l, d), w in node_w.items() if ("x", l, d) in var}
         for (ti, s, d), w in edge_w.items():
             coefs[var[("z", ti, s, d)]] = coefs.get(var[("z", ti, s, d)], 0.0) + w

@@ -1,0 +1,204 @@
+"""Predictions for devices tbs did not measure, the device catalog, and device memory as a hard limit.
+
+On hand-built profiles (no measuring): predicted rows are labelled, kept out of ``summary``,
+priced from the catalog, left out of a recommendation unless asked for; the catalog never
+turns a blank or a sentinel into a number; the largest-batch search records failures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import tbs
+from tbs.cli import cli
+from tbs.errors import TbsError
+from tbs.measure.capacity import search
+from tbs.predictions.catalog import load_catalog, resolve
+from test_roofline_report import make_profile
+
+CATALOG_COLUMNS = ("peak_float32_flops_per_s", "peak_bfloat16_flops_per_s", "memory_bytes",
+                   "memory_bandwidth_bytes_per_s", "usd_per_hour", "spot_usd_per_hour")
+
+
+def cpu_only() -> tbs.Profile:
+    """The toy profile measured on cpu:0 alone, with the layers' sizes placement needs."""
+    p = make_profile(predicted=False)
+    summary, model = (f[f["device"] == "cpu:0"].reset_index(drop=True) for f in (p.summary, p.model))
+    metadata = dict(p.metadata, devices=[{"name": "cpu:0", "kind": "cpu", "memory_bytes": 64 * 2**30}])
+    metadata.pop("prediction")
+    summary["usd_per_hour"] = 0.5
+    return replace(p, summary=summary, model=model, metadata=metadata)
+
+
+def test_the_catalog_has_no_zeros_and_knows_which_peak_a_float32_matmul_gets():
+    catalog = load_catalog()
+    assert {"t4", "l4", "a100-80gb", "h100", "h200", "tpu-v5e", "tpu-v6e"} <= set(catalog)
+    for device in catalog.values():
+        values = [*device.peaks_flops_per_s.values(), device.memory_bytes, device.memory_bandwidth_bytes_per_s,
+                  device.usd_per_hour, device.spot_usd_per_hour]
+        assert all(v is None or v > 0 for v in values), device.id
+    assert catalog["tpu-v5e"].matmul_peak("float32") == catalog["tpu-v5e"].peaks_flops_per_s["bfloat16"]
+    assert catalog["h100"].matmul_peak("float32") == catalog["h100"].peaks_flops_per_s["tf32"]
+    assert catalog["t4"].matmul_peak("float32") == catalog["t4"].peaks_flops_per_s["float32"]  # Turing: no TF32
+    with pytest.raises(TbsError, match="'nope' is not in the device catalog; choose from .*h100"):
+        resolve("h100,nope", catalog)
+
+
+def test_a_catalog_sentinel_or_blank_is_never_a_price(tmp_path: Path):
+    shipped = pd.read_csv(Path(tbs.__file__).parent / "predictions" / "catalog.csv")
+    rows = shipped[shipped["id"].isin(["t4", "l4"])].copy()
+    rows.loc[rows["id"] == "t4", "usd_per_hour"] = 700.0  # a feed's "not offered here"
+    rows.loc[rows["id"] == "l4", "usd_per_hour"] = None
+    rows.to_csv(tmp_path / "catalog.csv", index=False)
+    catalog = load_catalog(str(tmp_path / "catalog.csv"))
+    assert catalog["t4"].usd_per_hour is None and catalog["l4"].usd_per_hour is None
+    p = tbs.predict(cpu_only(), "t4,l4", catalog=tmp_path / "catalog.csv")
+    assert p.predictions["cost_per_sample_usd"].isna().all()  # blank, never 0
+
+
+def test_predictions_are_labelled_banded_priced_and_kept_apart():
+    measured = cpu_only()
+    p = tbs.predict(measured, ["h100", "tpu-v5e"])
+    pd.testing.assert_frame_equal(p.summary, measured.summary)  # nothing measured changes
+    rows = p.predictions
+    assert set(rows["source"]) == {"predicted"} and set(rows["device"]) == {"h100", "tpu-v5e"}
+    timed = rows[rows["median_s"].notna()]
+    assert (timed["low_s"] < timed["median_s"]).all() and (timed["median_s"] < timed["high_s"]).all()
+    assert timed["method"].str.startswith("roofline scaling from cpu:0").all()
+    assert set(rows.loc[rows["median_s"].isna(), "layer"]) == {"flatten"}  # no FLOPs counted: not predicted
+    assert rows.loc[rows["median_s"].isna(), "reason"].str.startswith("not predicted").all()
+    conv = rows[(rows["layer"] == "conv") & (rows["device"] == "h100") & (rows["batch_size"] == 32)].iloc[0]
+    cpu_conv = measured.summary.query("layer == 'conv' and batch_size == 32")["median_s"].iloc[0]
+    assert conv["median_s"] < cpu_conv / 10  # a compute-bound conv on an H100: far faster than 2 CPU cores
+    price = load_catalog()["h100"].usd_per_hour
+    assert conv["cost_per_sample_usd"] == pytest.approx(conv["per_sample_s"] * price / 3600)
+    repriced = tbs.predict(measured, "h100", prices="h100=2")
+    assert (repriced.predictions["usd_per_hour"] == 2.0).all()
+    with pytest.raises(TbsError, match="--from: 'gpu:3' was not measured in this profile; choose from cpu:0"):
+        tbs.predict(measured, "h100", source="gpu:3")
+
+
+def test_recommend_leaves_predicted_devices_out_unless_asked():
+    p = tbs.predict(cpu_only(), "h100")
+    plain = tbs.recommend(p, "time")
+    assert set(plain.placement["device"]) == {"cpu:0"} and "left out (h100)" in plain.predicted_note
+    assert "left out" in tbs.render(None, "text", recommendation=plain)
+    mixed = tbs.recommend(p, "time", include_predicted=True)
+    assert "includes predicted devices (h100" in mixed.predicted_note
+    placed = dict(zip(mixed.placement["layer"], mixed.placement["device"]))
+    assert placed["conv"] == "h100" and placed["flatten"] == "cpu:0"  # flatten has no prediction: it stays measured
+    assert "all on h100" not in {e.name for e in mixed.single_devices}  # not every layer has a prediction
+    with pytest.raises(TbsError, match="predicted devices cannot be run here"):
+        tbs.recommend(p, "time", include_predicted=True, verify=True)
+
+
+def test_device_memory_is_a_hard_limit_on_placement():
+    p = make_profile(predicted=False)
+    layers = [dict(l, params=0, input_bytes=1e6, output_bytes=1e6, batch_size=8) for l in p.metadata["layers"]]
+    layers[0]["params"] = 10**9  # conv: 4 GB of weights
+    devices = [{"name": "cpu:0", "kind": "cpu", "memory_bytes": 64 * 2**30},
+               {"name": "gpu:0", "kind": "gpu", "memory_bytes": 2 * 2**30}]
+    p = replace(p, metadata=dict(p.metadata, layers=layers, devices=devices,
+                                 transfers={"cpu:0->gpu:0": {"alpha_s": 1e-5, "beta_s_per_byte": 1e-10},
+                                            "gpu:0->cpu:0": {"alpha_s": 1e-5, "beta_s_per_byte": 1e-10}},
+                                 host_device="cpu:0"))
+    rec = tbs.recommend(p, "time", batch_size=8)
+    placed = dict(zip(rec.placement["layer"], rec.placement["device"]))
+    assert placed["conv"] == "cpu:0" and placed["pool"] == "gpu:0"  # gpu:0 is 10x faster, but conv does not fit
+    assert "all on gpu:0" not in {e.name for e in rec.single_devices}
+
+
+def test_tbs_predict_writes_predictions_beside_the_profile(tmp_path: Path):
+    directory = cpu_only().save(tmp_path / "toy")
+    runner = CliRunner()
+    done = runner.invoke(cli, ["predict", str(directory), "--device", "h100,tpu-v5e"])
+    assert done.exit_code == 0, done.output
+    assert "Predicted (not measured)" in done.output
+    saved = pd.read_csv(directory / "predictions.csv")
+    assert set(saved["device"]) == {"h100", "tpu-v5e"}
+    assert set(tbs.load(directory).predictions["device"]) == {"h100", "tpu-v5e"}
+    bad = runner.invoke(cli, ["predict", str(directory), "--device", "h1000"])
+    assert bad.exit_code == 2 and "'h1000' is not in the device catalog" in bad.output
+    assert "Traceback" not in bad.output
+
+
+class Memory:
+    """A device whose calls fail above a batch size and whose peak grows with it (no framework)."""
+
+    kind, name = "cpu", "cpu:0"
+
+    def __init__(self, fails_above: int) -> None:
+        self.fails_above, self.peak = fails_above, 0
+
+    def peak_memory_bytes(self, reset: bool = False) -> int:
+        if reset:
+            self.peak = 1000
+        return self.peak
+
+    def run(self, batch: int) -> None:
+        if batch > self.fails_above:
+            raise MemoryError(f"out of memory at batch {batch}")
+        self.peak = 1000 + 100 * batch
+
+
+def test_the_largest_batch_search_records_a_failure_and_never_raises():
+    device = Memory(fails_above=300)
+    found = search(device.run, device, 16, budget_bytes=1e9, seconds_per_sample=None, ceiling=2**20)
+    assert found["confirmed_batch"] == 256  # 16, 32, ... 256 ran; 512 failed
+    assert found["tries"][-1] == {"batch_size": 512, "ok": False, "oom": True,
+                                  "reason": "MemoryError: out of memory at batch 512"}
+    roomy = Memory(fails_above=10**9)
+    found = search(roomy.run, roomy, 16, budget_bytes=100 * 5000, seconds_per_sample=None, ceiling=2**20)
+    assert found["confirmed_batch"] == 4000  # 80% of the budget at 100 bytes a sample, reached in real calls
+    assert all(t["ok"] for t in found["tries"]) and found["tries"][-1]["batch_size"] == 4000
+
+
+def test_largest_batch_under_a_memory_limit_runs_and_a_batch_well_above_it_fails_recorded(tmp_path: Path):
+    """This machine's CPU with a data-size limit set for the test (RLIMIT_DATA), through the real CLI."""
+    import json
+    import os
+    import pickle
+    import subprocess
+    import sys
+
+    from conftest import ROOT, keras, layers
+
+    inputs = keras.Input((16,), name="x")
+    wide = layers.Dense(8192, activation="relu", name="wide")(inputs)  # 32 KiB of activations a sample, few FLOPs
+    model = keras.Model(inputs, layers.Dense(1, name="out")(wide), name="wide")
+    with open(tmp_path / "wide.pkl", "wb") as f:
+        pickle.dump(model, f)
+    probe = ("import tensorflow as tf, pathlib; tf.constant(1.0) + 1; print(next(l.split()[1] for l in "
+             "pathlib.Path('/proc/self/status').read_text().splitlines() if l.startswith('VmData:')))")
+    data = int(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout) * 1024
+    limit = data + 3 * 2**29  # TensorFlow's own data segment (its threads included) plus 1.5 GiB
+    # The limit is set in the child itself, then tbs replaces it (no fork of this multithreaded process).
+    limited = (f"import os, resource, sys; resource.setrlimit(resource.RLIMIT_DATA, ({limit}, {limit})); "
+               "os.execv(sys.executable, [sys.executable, '-m', 'tbs', *sys.argv[1:]])")
+
+    def run(batch: str, out: str, *extra: str) -> subprocess.CompletedProcess:
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        return subprocess.run([sys.executable, "-c", limited, "profile", str(tmp_path / "wide.pkl"), "--batch", batch,
+                               "--devices", "cpu:0", "--out", str(tmp_path / out), "--min-samples", "3",
+                               "--max-cell-seconds", "0.05", "--min-span-seconds", "0", "--no-analysis", *extra],
+                              capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+
+    done = run("512", "fits", "--capacity")
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads((tmp_path / "fits" / "metadata.json").read_text())["capacity"]["cpu:0"]
+    largest = found["largest_batch"]
+    assert largest and largest > 512 and not found["capped"] and found["limit_bytes"] < 3 * 2**29
+    ran = [t for t in found["tries"] if t["batch_size"] == largest]
+    assert ran and ran[-1]["ok"] and ran[-1]["peak_bytes"] < found["limit_bytes"]  # confirmed by a real call
+    above = run(f"512,{4 * largest}", "above")
+    assert above.returncode == 0 and "Traceback" not in above.stderr, above.stderr[-2000:]
+    cells = pd.concat([pd.read_csv(tmp_path / "above" / f) for f in ("summary.csv", "model.csv")])
+    assert set(cells.loc[cells["batch_size"] == 512, "status"]) <= {"ok", "noisy"}
+    big = cells[cells["batch_size"] == 4 * largest]
+    assert len(big) == 3 and set(big["status"]) == {"oom"} and big["reason"].str.contains("GiB").all()
+    assert "largest batch that fits" in done.stdout
