@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any, Mapping
 
 import pandas as pd
 
@@ -168,7 +169,63 @@ def render(profile: Profile, samples: int | None = None) -> str:
     text = "\n\n".join(tables)
     if not profile.summary.empty and set(inactive_layers(profile)) & set(profile.summary["layer"]):
         text += "\n\n" + inactive_meaning(profile)
-    return text
+    capacity = capacity_lines(profile)
+    if capacity:
+        text += "\n\n" + "\n".join(capacity)
+    predicted = predicted_lines(profile)
+    return f"{text}\n\n{predicted}" if predicted else text
+
+
+def capacity_line(device: str, found: Mapping[str, Any]) -> str:
+    """One sentence: the largest batch that fits on ``device``, how it was found, or why it is unknown."""
+    limit = found.get("limit_bytes")
+    within = f" within {_gib(limit)}" if is_number(limit) else ""
+    estimate = found.get("estimated_batch")
+    largest = found.get("largest_batch")
+    if not is_number(largest):
+        if is_number(estimate) and not found.get("tries"):
+            return (f"{device}: the compiled programs' memory allows about batch {int(estimate):,}{within} "
+                    f"(compiler's estimate, not run: tbs profile --capacity confirms it by real calls)")
+        compiler = f"; the compiler's memory line allowed {int(estimate):,}" if is_number(estimate) else ""
+        return f"{device}: largest batch that fits unknown ({found.get('reason') or 'no call ran'}){compiler}"
+    capped = " or more (the search stops there)" if found.get("capped") else ""
+    compiler = f"; the compiler's memory line alone allowed {int(estimate):,}" if is_number(estimate) else ""
+    why = f"; {found['reason']}" if found.get("reason") else ""
+    return (f"{device}: largest batch that fits{within}: {int(largest):,}{capped}, confirmed by a real call"
+            f"{compiler}{why}")
+
+
+def capacity_lines(profile: Profile) -> list[str]:
+    """A line per device with something to say (an estimate or a search); none for a device without sizes."""
+    return [capacity_line(d, f) for d, f in (profile.metadata.get("capacity") or {}).items()
+            if f.get("estimated_batch") is not None or f.get("tries")]
+
+
+def _gib(value: Any) -> str:
+    return f"{float(value) / 2**30:.1f} GiB"
+
+
+def predicted_lines(profile: Profile) -> str:
+    """The whole model on devices predicted, not measured: kept apart, labelled, with its 90% band."""
+    p = profile.predictions
+    if p is None or p.empty:
+        return ""
+    whole = p[(p["target"] == "model") & pd.to_numeric(p["per_sample_s"], errors="coerce").notna()]
+    methods = {str(m).split(";")[0] for m in whole["method"] if isinstance(m, str)}  # "roofline scaling from X"
+    how = f" by {methods.pop()}" if len(methods) == 1 else ""
+    lines = [f"Predicted (not measured){how}: whole model time per sample [90% band], USD per 1M samples. "
+             "Estimates, never measured here: measure on the device before deciding."]
+    for _, r in whole.sort_values("batch_size", kind="stable").iterrows():
+        batch, cost = r["batch_size"], r["cost_per_sample_usd"]
+        source = "" if how else f" ({str(r['method']).split(';')[0]})"
+        lines.append(f"  {r['device']} @ batch {int(batch)}: {format_seconds(r['per_sample_s'])}/sample "
+                     f"[{format_seconds(r['low_s'] / batch)} – {format_seconds(r['high_s'] / batch)}], "
+                     f"{f'${cost * PER_MILLION:.3g}/1M' if is_number(cost) else 'no price'}{source}")
+    reasons = pd.Series([r if isinstance(r, str) else "" for r in p["reason"]], dtype=str)
+    skipped = reasons[reasons.str.startswith("not predicted")]
+    for reason, count in skipped.value_counts().items():
+        lines.append(f"  {count} cell(s) {reason} (listed in the HTML report)")
+    return "\n".join(lines)
 
 
 def comparison_table(rec: Recommendation) -> list[dict[str, str]]:
@@ -201,6 +258,8 @@ def recommendation_text(rec: Recommendation) -> str:
         lines += ["", "Cost-latency frontier (per sample): " + "; ".join(
             f"{format_seconds(e.per_sample(batch)['seconds_per_sample'])} at "
             f"{format_usd(e.per_sample(batch)['usd_per_1m_samples'])}/1M" for e in rec.frontier)]
+    if rec.predicted_note:
+        lines += ["", f"Note: {rec.predicted_note}"]
     if rec.verification is not None:
         lines.append(verification_text(rec.verification))
     return "\n".join(lines)

@@ -15,7 +15,7 @@ from plotly.offline import get_plotlyjs
 
 from tbs.place.recommend import Recommendation
 from tbs.profiles.profile import Profile
-from tbs.report import training
+from tbs.report import roofline, training
 from tbs.report.analysis import crossovers, winner, winners
 from tbs.report.console import INACTIVE_MARK, comparison_table, inactive_layers, training_command
 from tbs.report.figures import (batch_axis, heatmap_figure, layer_stack, missing_cells, scaling_figure, spread_figure,
@@ -235,7 +235,8 @@ def section_placement(data: ReportData) -> str:
     return (f"{head}<p>Batch {batch}, minimising {objective} ({_esc(rec.billing)} billing), {_esc(rec.method)}; "
             f"transfers between devices included.{mode} Predicted from the profile: check it with "
             f"<code>tbs recommend {_esc(data.profile.directory)} --verify</code>.</p>"
-            f"{_table(pd.DataFrame(totals))}{_table(rows)}"
+            + (f'<p class="inactive">{_esc(rec.predicted_note)}</p>' if rec.predicted_note else "")
+            + f"{_table(pd.DataFrame(totals))}{_table(rows)}"
             + (_figure(fig) if rec.frontier else ""))
 
 
@@ -312,6 +313,8 @@ nav a{margin-right:14px} code{white-space:nowrap}
 def sections(data: ReportData) -> list[tuple[tuple[str, str], Callable[[ReportData], str]]]:
     """Each section with its nav entry; a training profile's own sections follow the summary."""
     pairs = list(zip(NAV, SECTIONS))
+    after_model = [anchor for anchor, _ in NAV].index("model") + 1  # why it costs that, after what it costs
+    pairs[after_model:after_model] = roofline.pairs(data)
     if data.training:
         pairs = [((anchor, data.view.whole_name.capitalize() if anchor == "model" else text), section)
                  for (anchor, text), section in pairs]

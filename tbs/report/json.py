@@ -52,6 +52,7 @@ def recommendation_dict(rec: Recommendation) -> dict[str, Any]:
         "saving": saving(rec),
         "frontier": [_evaluation(e, batch) for e in rec.frontier],
         "inputs": rec.inputs.as_dict(),
+        **({"predicted": rec.predicted_note} if rec.predicted_note else {}),
     }
     if rec.verification is not None:
         ver = rec.verification
