@@ -77,3 +77,14 @@ def test_merged_status_is_the_first_unfinished_one_and_the_report_says_so():
     finished = merge_profiles([_profile("runs/a"), _profile("runs/b", host="b")])
     assert finished.metadata["status"] == "complete" and finished.complete
     assert "This profile is" not in html.section_not_measured(html.ReportData(finished))
+
+
+def test_calibrations_and_analysis_follow_their_devices_into_a_merged_profile():
+    a, b = _profile("runs/a", host="box"), _profile("runs/b", host="gpubox")
+    for p, rate in ((a, 1e11), (b, 5e13)):
+        p.metadata["calibration"] = {"cpu:0": {"matmul_flops_per_s": {"float32": rate}, "memory_bytes_per_s": 1e10}}
+        p.analysis = p.summary[["layer", "device", "batch_size", "mode"]].assign(target="layer", phase="forward",
+                                                                                  flops=1.0)
+    merged = merge_profiles([a, b])
+    assert merged.metadata["calibration"]["gpubox/cpu:0"]["matmul_flops_per_s"]["float32"] == 5e13
+    assert {"box/cpu:0", "gpubox/cpu:0"} <= set(merged.analysis["device"]) and "cpu:0" not in set(merged.analysis["device"])

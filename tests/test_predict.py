@@ -202,3 +202,16 @@ def test_largest_batch_under_a_memory_limit_runs_and_a_batch_well_above_it_fails
     big = cells[cells["batch_size"] == 4 * largest]
     assert len(big) == 3 and set(big["status"]) == {"oom"} and big["reason"].str.contains("GiB").all()
     assert "largest batch that fits" in done.stdout
+
+
+def test_a_layer_fit_separates_its_fixed_overhead_from_its_work():
+    from tbs.predictions.predictor import Ceilings, fit_layer, predict_seconds
+
+    points = [(r, 5e-6 + 2.0 * r) for r in (1e-6, 4e-6, 16e-6)]  # 5 µs of overhead, half the roofline's speed
+    fit = fit_layer(points)
+    assert fit.overhead_s == pytest.approx(5e-6, rel=1e-3) and fit.per_roofline == pytest.approx(2.0, rel=1e-3)
+    assert fit_layer(points[:1]) is None  # one batch size: nothing to fit
+    cpu, faster = Ceilings(1e11, 1e11, 1e10), Ceilings(1e13, 1e13, 1e12)
+    work = (1e6, 1e3)  # 10 µs of compute on cpu, 0.1 µs on the faster device
+    assert predict_seconds(25e-6, work, cpu, faster, True, True, fit) == pytest.approx(5e-6 + 2 * 1e-7)
+    assert predict_seconds(25e-6, work, cpu, faster, True, False, fit) == pytest.approx(2 * 1e-7)  # another kind

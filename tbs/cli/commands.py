@@ -98,7 +98,8 @@ def profile(model_path: Path, out_dir: Path | None, min_samples: int, target_ci:
     if not result.complete:
         _interrupted(directory)
     click.echo(api.render(result, "text"))
-    click.echo(f"\nProfile saved in {directory}/ (summary.csv, model.csv, samples.csv, metadata.json, report.html)")
+    click.echo(f"\nProfile saved in {directory}/ (summary.csv, model.csv, analysis.csv, samples.csv, metadata.json, "
+               f"report.html)")
 
 
 def _interrupted(directory: Path) -> None:

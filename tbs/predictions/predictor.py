@@ -3,11 +3,13 @@
 For a layer measured on device S (time t_S, and the compiler's FLOPs F and bytes B), the
 prediction for catalog device T is
 
-    t_T = max(t_S x roofline_T / roofline_S, floor_T),   roofline_X = max(F / P_X, B / W_X)
+    t_T = max(c + k x roofline_T, floor_T),   roofline_X = max(F / P_X, B / W_X)
 
-(for a layer whose time neither FLOPs nor bytes explain on S -- overhead-bound -- and a target
-of the same kind, t_T = t_S - roofline_S + roofline_T: the overhead stays, only the work scales),
-where P and W are achievable FLOP/s and bandwidth: S's calibrated on S itself, T's its
+where c (a fixed overhead) and k (seconds per roofline second: 1 / efficiency) are fitted per
+layer, non-negative, on its measured batch sizes on S (c counts only on a target of S's kind).
+With one batch size there is nothing to fit: t_T = t_S x roofline_T / roofline_S (for a layer
+whose time neither FLOPs nor bytes explain on S -- overhead-bound -- and a target of the same
+kind, t_T = t_S - roofline_S + roofline_T: the overhead stays, only the work scales). P and W are achievable FLOP/s and bandwidth: S's calibrated on S itself, T's its
 datasheet peaks times the fraction of its peak a device reaches (fitted where a measured
 device is also in the catalog, else the stated defaults). The layer keeps the efficiency it
 showed on S (Habitat's wave scaling, Paleo's per-layer roofline). ``floor_T`` is the launch
@@ -83,6 +85,42 @@ def scale_seconds(measured_s: float, work_from: tuple[float, float], work_to: tu
     return measured_s * target_s / source_s
 
 
+@dataclass
+class LayerFit:
+    """t = overhead_s + per_roofline x roofline_s, fitted on one layer's measured batch sizes."""
+
+    overhead_s: float  # what the layer costs whatever its work (dispatch, latency)
+    per_roofline: float  # measured seconds per roofline second of work (1 / efficiency)
+
+
+def fit_layer(points: list[tuple[float, float]]) -> LayerFit | None:
+    """A non-negative fit of t = c + k*r to (roofline_s, measured_s) points, in relative error.
+
+    Needs two roofline times apart; None otherwise (one batch size: the single-point rules apply).
+    """
+    from scipy.optimize import nnls
+
+    usable = [(r, t) for r, t in points if r > 0 and t > 0]
+    rooflines = [r for r, _ in usable]
+    if len(usable) < 2 or max(rooflines) < 1.01 * min(rooflines):
+        return None
+    scale = max(rooflines)
+    matrix = np.array([[1.0 / t, r / scale / t] for r, t in usable])  # rows weighted by 1/t: relative error
+    (overhead, k_scaled), _ = nnls(matrix, np.ones(len(usable)))
+    return LayerFit(float(overhead), float(k_scaled / scale))
+
+
+def fits_by_layer(rows: pd.DataFrame, src: Ceilings, whole_model: bool = False) -> dict[str, LayerFit | None]:
+    """Each layer's fit over its measured batch sizes on the source device."""
+    fits = {}
+    for layer, group in rows.dropna(subset=["flops", "bytes_accessed", "median_s"]).groupby("layer"):
+        matmul = whole_model or group["category"].iloc[0] in MATMUL_CATEGORIES
+        points = [(max(src.roofline_s(f, b, matmul)), t)
+                  for f, b, t in zip(group["flops"], group["bytes_accessed"], group["median_s"])]
+        fits[str(layer)] = fit_layer(points)
+    return fits
+
+
 def scaling_spread(rows: pd.DataFrame, source: Ceilings) -> float | None:
     """Log-spread of predicting one measured batch size of a layer from another on the same device."""
     errors = []
@@ -126,21 +164,36 @@ def predict_rows(profile: Profile, target: CatalogDevice, source_device: str, ac
     out = []
     model = _usable(profile.model, source_device).assign(layer=MODEL_LAYER, layer_type="", category="model")
     for target_name, frame in (("layer", layers), ("model", model)):
+        fits = fits_by_layer(frame, src, target_name == "model")
         for _, row in frame.iterrows():
-            out.append(_predicted(row, target_name, base, src, dst, sigma, method, target.kind, target.kind == kind))
+            out.append(_predicted(row, target_name, base, (src, dst), sigma, method, target.kind,
+                                  target.kind == kind, fits.get(str(row["layer"]))))
     return out
 
 
-def _predicted(row: pd.Series, target_name: str, base: dict[str, Any], src: Ceilings, dst: Ceilings,
-               sigma: float, method: str, kind: str, same_kind: bool) -> dict[str, Any]:
+def predict_seconds(measured_s: float, work: tuple[float, float], src: Ceilings, dst: Ceilings, matmul: bool,
+                    same_kind: bool, fit: LayerFit | None) -> float:
+    """One cell's time on ``dst``: from the layer's fit where it has one, else scaled from this one measurement.
+
+    The fitted overhead carries over to a device of the same kind only; another kind has its own
+    (the launch floor stands in for it).
+    """
+    if fit is None:
+        return scale_seconds(measured_s, work, work, src, dst, matmul, same_kind)
+    return (fit.overhead_s if same_kind else 0.0) + fit.per_roofline * max(dst.roofline_s(*work, matmul))
+
+
+def _predicted(row: pd.Series, target_name: str, base: dict[str, Any], ceilings_pair: tuple[Ceilings, Ceilings],
+               sigma: float, method: str, kind: str, same_kind: bool, fit: LayerFit | None) -> dict[str, Any]:
     ident = dict(base, target=target_name, layer=row["layer"], layer_type=row.get("layer_type", ""),
                  category=row.get("category", ""), batch_size=int(row["batch_size"]), mode=row["mode"],
                  flops=row["flops"], bytes_accessed=row["bytes_accessed"])
     measured, flops, moved = row["median_s"], row["flops"], row["bytes_accessed"]
     if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (measured, flops, moved)):
         return dict(ident, reason="not predicted: no compiler FLOPs/bytes for this cell on the measured device")
+    src, dst = ceilings_pair
     matmul = row.get("category") in MATMUL_CATEGORIES or target_name == "model"
-    scaled = scale_seconds(measured, (flops, moved), (flops, moved), src, dst, matmul, same_kind)
+    scaled = predict_seconds(measured, (flops, moved), src, dst, matmul, same_kind, fit)
     compute_s, memory_s = dst.roofline_s(flops, moved, matmul)
     floor = LAUNCH_FLOOR_S.get(kind, 0.0)
     seconds = max(scaled, floor)

@@ -14,6 +14,8 @@ least finished input, so the report says when one of them is interrupted.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from tbs.backends import short
@@ -168,20 +170,25 @@ def merge_profiles(profiles: list[Profile]) -> Profile:
         name = f"{p.hostname}/{device}" if len(hosts) > 1 else device
         return f"{name} ({short(p.backend)})" if len(backends) > 1 else name
 
-    frames: dict[str, list[pd.DataFrame]] = {"summary": [], "model": [], "samples": []}
+    frames: dict[str, list[pd.DataFrame]] = {"summary": [], "model": [], "samples": [], "analysis": [],
+                                             "predictions": []}
     devices, missing, environments = [], {}, []
+    per_device: dict[str, dict[str, Any]] = {"calibration": {}, "capacity": {}}
     for p in profiles:
         for name in frames:
             frame = getattr(p, name).copy()
+            column = "predicted_from" if name == "predictions" else "device"  # a predicted device keeps its id
             if len(frame):
-                frame["device"] = [label(p, d) for d in frame["device"]]
+                frame[column] = [label(p, d) for d in frame[column]]
             frames[name].append(frame)
+        for key, found in per_device.items():
+            found.update({label(p, d): v for d, v in (p.metadata.get(key) or {}).items()})
         devices += [dict(d, name=label(p, d["name"]), host=p.hostname) for d in p.metadata.get("devices", [])]
         for kind, reason in p.metadata.get("devices_missing", {}).items():
             missing[label(p, kind)] = reason
         environments.append({k: p.metadata.get(k) for k in ("host", "versions", "settings", "command", "started",
                                                               "backend", "status")})
-    metadata = dict(first.metadata, devices=devices, devices_missing=missing, environments=environments,
+    metadata = dict(first.metadata, **per_device, devices=devices, devices_missing=missing, environments=environments,
                     merged_from=[str(p.directory) for p in profiles], status=_merged_status(profiles),
                     batch_sizes=sorted({b for p in profiles for b in p.metadata.get("batch_sizes", [])}))
     return Profile(directory=first.directory, metadata=metadata,
