@@ -21,6 +21,7 @@ import pandas as pd
 
 from tbs.backends.base import Device
 from tbs.measure import rows
+from tbs.schema import MEASURED
 
 SEARCH_LIMIT = 2**20  # batches beyond this are not searched (no user needs the exact figure)
 CONFIRM_SECONDS = 30.0  # a confirming call predicted to take longer is skipped, and says so
@@ -185,13 +186,16 @@ def all_capacities(request: Any, saved: list[tuple[Any, dict[str, Any]]], limit_
             points = training_points(pd.DataFrame([r for k, r in mine if k.target == "layer"]))
         else:
             points = inference_points(model) if len(model) else []
+        if not points and not request.capacity:
+            continue  # no compiled memory figure and no search asked for: nothing to say about this device
         per_sample = pd.to_numeric(model.get("per_sample_s", pd.Series(dtype=float)), errors="coerce").max()
         if request.capacity:
             describe(f"finding the largest batch that fits on {device.name} (real calls, doubling)")
         out[device.name] = device_capacity(device, points, limit_for(device),
                                            call_at(request, device) if request.capacity else None,
                                            None if pd.isna(per_sample) else float(per_sample),
-                                           max([int(k.batch_size) for k, _ in mine], default=1))
+                                           max([int(k.batch_size) for k, r in mine if r.get("status") in MEASURED],
+                                               default=1))
     return out
 
 

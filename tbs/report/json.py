@@ -32,6 +32,11 @@ def profile_dict(profile: Profile) -> dict[str, Any]:
         "model_rows": _records(model),
         "fastest": _records(winners(profile.summary, "time")),
         "cheapest": _records(winners(profile.summary, "cost")),
+        "calibration": profile.metadata.get("calibration"),
+        "capacity": profile.metadata.get("capacity"),
+        # Cells for devices not measured: apart from "layers" and never ranked with them.
+        **({"predicted": _records(profile.predictions), "prediction": profile.metadata.get("prediction")}
+           if len(profile.predictions) else {}),
     }
 
 

@@ -56,7 +56,8 @@ def section_memory(data: ReportData) -> str:
         parts.append(table(per_batch))
     capacity = data.profile.metadata.get("capacity") or {}
     if not capacity:
-        parts.append('<p class="note">No memory fit in this profile (a profile from before tbs 0.4).</p>')
+        parts.append('<p class="note">No memory fit in this profile: no compiled memory figures (tbs profile '
+                     '--no-analysis, or a profile from before tbs 0.4).</p>')
     for device, found in capacity.items():
         parts.append(f"<p>{esc(capacity_line(device, found))}</p>")
         tries = _tries(device, found)
