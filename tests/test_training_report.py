@@ -254,3 +254,12 @@ def test_with_one_device_in_common_the_comparison_says_there_is_nothing_to_compa
     cpu_only = replace(inferred, summary=inferred.summary[inferred.summary["device"] == "cpu:0"])
     text = render(trained, "text", compare=cpu_only)
     assert "share 1 device (cpu:0): there is no cheapest device to compare" in text
+
+
+def test_every_section_of_a_training_report_has_its_own_anchor(page):
+    import re
+
+    anchors = re.findall(r'<h2 id="([^"]+)"', page)
+    assert len(anchors) == len(set(anchors)) and {"memory", "capacity", "roofline"} <= set(anchors)
+    links = re.findall(r'<a href="#([^"]+)">', page.split("</nav>")[0])
+    assert set(links) <= set(anchors) and len(links) == len(set(links))

@@ -133,6 +133,7 @@ def device_capacity(device: Device, points: list[tuple[int, float]], limit_bytes
         return dict(out, largest_batch=None, reason=f"{device.name} does not say how much memory it has")
     budget = limit_bytes * (HOST_MARGIN if device.kind == "cpu" else 1.0)
     out["estimated_batch"] = largest_batch(line, budget) if line is not None else None
+    out["estimate_capped"] = out["estimated_batch"] == SEARCH_LIMIT  # "this many or more"
     if run_at is None:
         return dict(out, largest_batch=None, tries=[], reason="not searched: the compiler's estimate only "
                     "(tbs profile --capacity confirms it by real calls)")

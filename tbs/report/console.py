@@ -184,7 +184,8 @@ def capacity_line(device: str, found: Mapping[str, Any]) -> str:
     largest = found.get("largest_batch")
     if not is_number(largest):
         if is_number(estimate) and not found.get("tries"):
-            return (f"{device}: the compiled programs' memory allows about batch {int(estimate):,}{within} "
+            more = " or more" if found.get("estimate_capped") else ""
+            return (f"{device}: the compiled programs' memory allows about batch {int(estimate):,}{more}{within} "
                     f"(compiler's estimate, not run: tbs profile --capacity confirms it by real calls)")
         compiler = f"; the compiler's memory line allowed {int(estimate):,}" if is_number(estimate) else ""
         return f"{device}: largest batch that fits unknown ({found.get('reason') or 'no call ran'}){compiler}"

@@ -45,7 +45,7 @@ def _tries(device: str, found: Mapping[str, Any]) -> pd.DataFrame:
 
 
 def section_memory(data: ReportData) -> str:
-    parts = ['<h2 id="memory">Memory and the largest batch</h2>',
+    parts = ['<h2 id="capacity">Memory and the largest batch</h2>',
              '<p class="note">Compiled memory is XLA\'s memory analysis of the whole model\'s program (weights and '
              'inputs, outputs, temporaries), fitted as a line in the batch size against each device\'s memory. '
              'With tbs profile --capacity the largest batch comes from real calls that double while the measured '

@@ -218,7 +218,7 @@ def section_fig2(data: ReportData) -> str:
 
 
 SECTIONS: list[Callable[[ReportData], str]] = [section_roofline, section_fig2, section_memory, section_predicted]
-NAV = [("roofline", "Roofline"), ("fig2", "FLOPs & bytes"), ("memory", "Memory"), ("predicted", "Predicted")]
+NAV = [("roofline", "Roofline"), ("fig2", "FLOPs & bytes"), ("capacity", "Largest batch"), ("predicted", "Predicted")]
 
 
 def pairs(data: ReportData) -> list[tuple[tuple[str, str], Callable[[ReportData], str]]]:
