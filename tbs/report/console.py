@@ -185,8 +185,9 @@ def capacity_line(device: str, found: Mapping[str, Any]) -> str:
     if not is_number(largest):
         if is_number(estimate) and not found.get("tries"):
             more = " or more" if found.get("estimate_capped") else ""
+            note = f"; {found['note']}" if found.get("note") else ""
             return (f"{device}: the compiled programs' memory allows about batch {int(estimate):,}{more}{within} "
-                    f"(compiler's estimate, not run: tbs profile --capacity confirms it by real calls)")
+                    f"(compiler's estimate, not run: tbs profile --capacity confirms it by real calls{note})")
         compiler = f"; the compiler's memory line allowed {int(estimate):,}" if is_number(estimate) else ""
         return f"{device}: largest batch that fits unknown ({found.get('reason') or 'no call ran'}){compiler}"
     capped = " or more (the search stops there)" if found.get("capped") else ""

@@ -33,8 +33,11 @@ def _per_batch(data: ReportData) -> pd.DataFrame:
                      "compiled: arguments": format_bytes(r.get("argument_bytes")),
                      "outputs": format_bytes(r.get("output_bytes")), "temporaries": format_bytes(r.get("temp_bytes")),
                      "total": format_bytes(r.get("memory_bytes")),
-                     "measured peak": format_bytes(peaks.get((str(r["device"]), int(r["batch_size"]))))})
-    return pd.DataFrame(rows)
+                     "measured peak": format_bytes(peaks.get((str(r["device"]), int(r["batch_size"])))
+                                                   or r.get("peak_bytes"))})
+    frame = pd.DataFrame(rows)
+    # A host CPU keeps no per-program peak (--capacity measures one): no column of blanks then.
+    return frame.drop(columns="measured peak") if (frame["measured peak"] == "").all() else frame
 
 
 def _tries(device: str, found: Mapping[str, Any]) -> pd.DataFrame:
