@@ -56,7 +56,7 @@ def jax_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     dirs = {"mlp": root / "mlp_jax", "text": root / "text_jax", "mlp_tf": root / "mlp_tf"}
     done = _tbs("profile", str(mlp), "--backend", "jax", "--batch", "32", "--cost", "cpu:0=1,cpu:1=2",
                 "--out", str(dirs["mlp"]), "--min-samples", "5", "--max-cell-seconds", "0.3", "--min-span-seconds", "0",
-                logical_cpus=2)
+                "--no-analysis", logical_cpus=2)  # JAX's analysis: test_training.py's JAX profile, test_analysis.py
     assert done.returncode == 0, done.stderr
     done = _tbs("profile", str(text), "--backend", "jax", "--batch", "4", "--out", str(dirs["text"]), *FAST)
     assert done.returncode == 0, done.stderr
@@ -132,10 +132,6 @@ def test_jax_profile_records_backend_and_measures_every_layer(jax_dirs: dict[str
     assert len(summary) == 2 * 5
     dense = summary[summary["layer"].str.startswith("dense")]
     assert (dense["median_s"] > 0).all()
-    # XLA's own count of each JAX program: 2·b·512·512 multiply-adds, plus the bias and the ReLU
-    assert (dense["cost_source"] == "xla").all()
-    assert dense["flops"].between(2 * 32 * 512 * 512, 1.01 * 2 * 32 * 512 * 512).all()
-    assert set(meta["calibration"]) == {"cpu:0", "cpu:1"} and summary["bound"].notna().all()
     samples = pd.read_csv(jax_dirs["mlp"] / "samples.csv")
     assert len(samples) >= summary["n"].sum()
 

@@ -168,6 +168,7 @@ out["verified"] = [verification.placed_right, verification.layers, len(verificat
 phases = p.analysis.groupby("phase")["flops"].sum()
 out["analysed"] = {k: float(v) for k, v in phases.items()}
 out["row_flops"] = float(p.summary["flops"].sum())
+out["calibration"] = p.metadata["calibration"]
 print("RESULT" + json.dumps(out))
 '''
 
@@ -196,6 +197,8 @@ def test_jax_training_phases_are_analysed_by_xla(jax_training: tuple[dict, Path]
     assert set(analysed) == {"forward", "backward", "update", "step"}
     assert 0.5 < analysed["backward"] / analysed["forward"] < 3.5  # weight gradients; input ones where needed
     assert jax_training[0]["row_flops"] == pytest.approx(analysed["forward"] + analysed["backward"] + analysed["update"])
+    ceilings = jax_training[0]["calibration"]["cpu:0"]  # the JAX device's own matmul and streaming read
+    assert ceilings["matmul_flops_per_s"]["float32"] > 1e9 and ceilings["memory_bytes_per_s"] > 1e8
 
 
 def test_jax_backward_scales_with_its_work_and_is_never_hoisted(jax_training: tuple[dict, Path]) -> None:
