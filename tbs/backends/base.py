@@ -183,6 +183,10 @@ class Device(ABC):
         """A large matmul and a large streaming read in ``dtype``, compiled here, with their exact work."""
         raise NotImplementedError(f"{self.backend or type(self).__name__} cannot calibrate")
 
+    def memory_estimate_note(self, jit: bool) -> str:
+        """Why a batch limit from XLA's compiled memory may be too high on this backend ('' if it holds)."""
+        return ""
+
     def peak_memory_bytes(self, reset: bool = False) -> int | None:
         """The device's peak-memory counter (None where it keeps none).
 

@@ -197,9 +197,9 @@ def all_capacities(request: Any, saved: list[tuple[Any, dict[str, Any]]], limit_
                                            None if pd.isna(per_sample) else float(per_sample),
                                            max([int(k.batch_size) for k, r in mine if r.get("status") in MEASURED],
                                                default=1))
-        if device.backend == "tensorflow" and not request.jit and not request.capacity:
-            out[device.name]["note"] = ("TensorFlow's graphs (without --xla) hold more than XLA's compiled program, "
-                                        "so the real limit is lower")
+        note = device.memory_estimate_note(request.jit)
+        if note and not request.capacity:
+            out[device.name]["note"] = note
     return out
 
 

@@ -112,6 +112,11 @@ class TFDevice(Device):
 
         return analysis.calibration_programs(self.kind, self.place, self.compile_blocked, dtype)
 
+    def memory_estimate_note(self, jit: bool) -> str:
+        if jit:
+            return ""
+        return "TensorFlow's graphs (without --xla) hold more than XLA's compiled program, so the real limit is lower"
+
     def peak_memory_bytes(self, reset: bool = False) -> int | None:
         """On the CPU the process's peak RSS; on a GPU TensorFlow's allocator peak (reset where asked)."""
         if self.kind == "cpu":
