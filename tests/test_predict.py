@@ -223,3 +223,37 @@ def test_json_keeps_predicted_cells_apart_from_measured_ones():
     assert {r["device"] for r in out["layers"]} == {"cpu:0"} and {r["device"] for r in out["fastest"]} <= {"cpu:0"}
     assert {r["device"] for r in out["predicted"]} == {"h100"} and all(r["source"] == "predicted" for r in out["predicted"])
     assert "predicted" not in json.loads(tbs.render(cpu_only(), "json"))
+
+
+def test_review_fixes_memory_line_catalog_match_and_prices():
+    from tbs.measure.capacity import largest_batch, training_points
+    from tbs.predictions.predictor import catalog_match
+
+    assert largest_batch((5e9, 0.0), 4e9) is None  # fixed memory alone exceeds the device
+    rows = pd.DataFrame({"batch_size": [8, 8], "status": ["ok", "oom"], "weight_bytes": [10, None],
+                         "slot_bytes": [20, None], "residual_bytes": [30, None]})
+    assert training_points(rows) == []  # a failed layer leaves the point out, never counts as 0 bytes
+    assert training_points(pd.DataFrame({"batch_size": [8], "status": ["oom"]})) == []
+    catalog = load_catalog()
+    assert catalog_match("NVIDIA A100-SXM4-80GB", "gpu", catalog).id == "a100-80gb"
+    assert catalog_match("NVIDIA L40S", "gpu", catalog) is None and catalog_match("TPU v4", "tpu", catalog).id == "tpu-v4"
+    p = tbs.predict(cpu_only(), "h200,h100")  # the catalog has no H200 price
+    rec = tbs.recommend(p, "cost", prices="cpu=0.5,gpu=3", include_predicted=True)
+    assert rec.inputs.usd_per_hour["h200"] is None and rec.inputs.usd_per_hour["h100"] == load_catalog()["h100"].usd_per_hour
+
+
+def test_a_calibration_that_fails_is_recorded_and_the_run_goes_on():
+    from tbs.backends.base import CalibrationProgram
+    from tbs.measure.calibrate import calibrate
+    from tbs.measure.timing import Timer, TimingConfig
+
+    class Small:
+        backend, name = "fake", "cpu:9"
+
+        def calibration_programs(self, dtype):
+            def runner(n):
+                raise MemoryError("cannot allocate the 256 MiB buffer")
+            return [CalibrationProgram("stream", dtype, runner, 0.0, 2.0**28)]
+
+    found = calibrate(Small(), ["float32"], Timer(TimingConfig(min_samples=3)), lambda n: None)
+    assert found["memory_bytes_per_s"] is None and "MemoryError" in found["failed"]["stream float32"]

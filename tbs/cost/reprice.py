@@ -81,7 +81,7 @@ def reprice(profile: Profile, usd_per_hour: Mapping[str, float], spot: Mapping[s
             price = lookup(usd_per_hour, device, kind if by_kind else "\0")
             if price is None and is_number(recorded):
                 price = float(recorded)
-            discount = lookup(spot, device, kind) or 0.0
+            discount = lookup(spot, device, kind if by_kind else "\0") or 0.0
             prices.append(None if price is None else price * (1.0 - discount))
         frame["usd_per_hour"] = pd.Series(prices, index=frame.index, dtype="float64")
         frame["cost_per_sample_usd"] = usd_for_seconds(frame["per_sample_s"], frame["usd_per_hour"])

@@ -66,27 +66,30 @@ def signature(call: LayerCall | None, device: str, mode: str) -> tuple | None:
     Two calls with one signature compile to the same program (weights' values do not change
     FLOPs or bytes), so the analysis of the first serves the rest (a network's repeated blocks).
     """
-    if call is None:
+    if call is None or mode != "inference":  # training: which input gradients a call needs changes its programs
         return None
     try:
         config = dict(call.op.get_config())
     except Exception:  # a layer without a config: analysed on its own
         return None
     config.pop("name", None)
+    scalars = sorted((k, v) for k, v in call.kwargs.items() if isinstance(v, (bool, int, float, str, type(None))))
     return (device, mode, call.layer_type, repr(sorted(config.items())), repr(call.input_shapes),
-            repr(call.output_shapes), repr(sorted(call.kwargs)))
+            repr(call.output_shapes), repr(sorted(call.kwargs)), repr(scalars))
 
 
 def analysed(analyse: Callable[[], dict[str, ProgramCost]], call: LayerCall | None, phase: str,
-             cache: dict[tuple, dict[str, ProgramCost]] | None = None, key: tuple | None = None
-             ) -> dict[str, ProgramCost]:
+             cache: dict[tuple, dict[str, ProgramCost]] | None = None, key: tuple | None = None,
+             phases: int = 1) -> dict[str, ProgramCost]:
     """The compiler's analysis of a cell's programs; for a layer it cannot analyse, the formula.
 
     With ``cache`` and a ``key`` (``signature``), a call already analysed is not analysed again.
+    A cell of several phases (training) that cannot be analysed gets blanks, not a forward-only
+    formula that its three-phase time would be divided by.
     """
     if cache is not None and key is not None and key in cache:
         return cache[key]
-    found = _analysed(analyse, call, phase)
+    found = _analysed(analyse, None if phases > 1 else call, phase)
     if cache is not None and key is not None:
         cache[key] = found
     return found

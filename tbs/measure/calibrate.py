@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 from tbs.backends.base import Device
-from tbs.measure.timing import Runner, Timer
+from tbs.measure.timing import Interrupted, Runner, Timer
 
 SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
 # Results per (backend, device) in this process: a ceiling does not change between runs of one process.
@@ -59,7 +59,13 @@ def _calibrate_dtype(device: Device, dtype: str, timer: Timer, harness: Runner, 
     for program in programs:
         if program.name == "stream" and not with_stream:
             continue
-        seconds = timer.measure(program.runner, harness).summary(timer.config.confidence).median_s
+        try:
+            seconds = timer.measure(program.runner, harness).summary(timer.config.confidence).median_s
+        except Interrupted:
+            raise
+        except Exception as exc:  # out of memory, a dtype the device lacks: no ceiling, and why; the run goes on
+            found["failed"][f"{program.name} {dtype}"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+            continue
         if not seconds or seconds <= 0:
             found["failed"][f"{program.name} {dtype}"] = "timed as zero (below the harness's resolution)"
             continue

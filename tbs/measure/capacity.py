@@ -42,6 +42,8 @@ def fit_line(points: list[tuple[int, float]]) -> tuple[float, float] | None:
 def largest_batch(line: tuple[float, float], limit_bytes: float) -> int | None:
     """The largest batch whose fitted memory stays within ``limit_bytes`` (None: not even batch 1)."""
     intercept, slope = line
+    if intercept > limit_bytes:
+        return None
     if slope <= 0:
         return SEARCH_LIMIT
     batch = math.floor((limit_bytes - intercept) / slope)
@@ -60,11 +62,15 @@ def inference_points(model_rows: pd.DataFrame) -> list[tuple[int, float]]:
 
 def training_points(layer_rows: pd.DataFrame) -> list[tuple[int, float]]:
     """(batch, bytes) from a device's training rows: weights, their gradients and slots, and residuals."""
-    out = []
+    out: list[tuple[int, float]] = []
+    columns = ["weight_bytes", "slot_bytes", "residual_bytes"]
+    if layer_rows.empty or not set(columns) <= set(layer_rows.columns):
+        return out
     for batch, group in layer_rows.groupby("batch_size"):
-        parts = group[["weight_bytes", "slot_bytes", "residual_bytes"]].apply(pd.to_numeric, errors="coerce")
-        if parts["weight_bytes"].isna().all():
-            continue
+        measured = group[group["status"].isin(MEASURED)] if "status" in group else group
+        parts = measured[columns].apply(pd.to_numeric, errors="coerce")
+        if parts.empty or len(measured) < len(group) or parts.isna().any().any():
+            continue  # a failed layer or a size the program does not say: no point, rather than a low one
         total = 2 * parts["weight_bytes"].sum() + parts["slot_bytes"].sum() + parts["residual_bytes"].sum()
         out.append((int(batch), float(total)))
     return out
@@ -137,7 +143,7 @@ def device_capacity(device: Device, points: list[tuple[int, float]], limit_bytes
     if run_at is None:
         return dict(out, largest_batch=None, tries=[], reason="not searched: the compiler's estimate only "
                     "(tbs profile --capacity confirms it by real calls)")
-    start = max([b for b, _ in points] + [measured_batch])  # from the largest batch already measured
+    start = measured_batch  # the largest batch already measured and timed (never one that failed)
     found = search(run_at, device, start, budget, seconds_per_sample, SEARCH_LIMIT)
     return dict(out, largest_batch=found["confirmed_batch"], capped=found["confirmed_batch"] == SEARCH_LIMIT, **found)
 
@@ -192,11 +198,15 @@ def all_capacities(request: Any, saved: list[tuple[Any, dict[str, Any]]], limit_
         per_sample = pd.to_numeric(model.get("per_sample_s", pd.Series(dtype=float)), errors="coerce").max()
         if request.capacity:
             describe(f"finding the largest batch that fits on {device.name} (real calls, doubling)")
-        out[device.name] = device_capacity(device, points, limit_for(device),
-                                           call_at(request, device) if request.capacity else None,
-                                           None if pd.isna(per_sample) else float(per_sample),
-                                           max([int(k.batch_size) for k, r in mine if r.get("status") in MEASURED],
-                                               default=1))
+        try:
+            out[device.name] = device_capacity(device, points, limit_for(device),
+                                               call_at(request, device) if request.capacity else None,
+                                               None if pd.isna(per_sample) else float(per_sample),
+                                               max([int(k.batch_size) for k, r in mine
+                                                    if r.get("status") in MEASURED], default=1))
+        except Exception as exc:  # the measuring is done: a capacity that cannot be found is a reason, not a crash
+            out[device.name] = {"largest_batch": None, "tries": [], "reason": rows.reason(exc)}
+            continue
         note = device.memory_estimate_note(request.jit)
         if note and not request.capacity:
             out[device.name]["note"] = note

@@ -74,7 +74,10 @@ class Profiler:
             row = dict(row, **analysis.row_columns(costs, key.target == "model"))
         peak = self.peaks.pop(key, None)
         if peak is not None and row.get("status") in MEASURED:
-            row["peak_bytes"] = peak()
+            try:
+                row["peak_bytes"] = peak()
+            except Exception:  # one more call for its memory failed: no figure, the cell stays measured
+                row["peak_bytes"] = None
         self.store.add_cell(key, self.request.price_row(row), samples,
                             analysis.analysis_rows(key, costs) if costs else [])
         self.saved.append((key, row))
@@ -213,8 +216,12 @@ class Profiler:
                 self._run_cell_group(device, batch, first if (device is r.devices[0] and batch == batches[0]) else None)
                 first = None
                 gc.collect()
-        if self.saved and "capacity" not in self.store.metadata:
-            self.store.update_metadata(capacity=all_capacities(r, self.saved, self._memory_limit, self.progress.describe))
+        searched = any(c.get("tries") for c in (self.store.metadata.get("capacity") or {}).values())
+        if self.saved and ("capacity" not in self.store.metadata or (r.capacity and not searched)):
+            # Fitted from every finished cell, a resumed run's earlier ones included.
+            rows_so_far = list(getattr(self.store, "resumed_rows", [])) + self.saved
+            self.store.update_metadata(capacity=all_capacities(r, rows_so_far, self._memory_limit,
+                                                               self.progress.describe))
             self.progress.advance("every cell measured", 0.0)
         self.progress.finish()
 
@@ -308,7 +315,8 @@ class Profiler:
             phases[key] = len(programs)
             if cell.analyse is not None and self.request.analysis:
                 self.costs[key] = analysis.analysed(cell.analyse, cell.call, next(iter(programs)), self.analysed,
-                                                    analysis.signature(cell.call, device.name, key.mode))
+                                                    analysis.signature(cell.call, device.name, key.mode),
+                                                    len(programs))
             # An accelerator's allocator peak, after one more call once sampled. Not the host's: its
             # allocators keep freed memory resident, so a warm call shows no growth at all.
             if key.target == "model" and device.kind != "cpu":

@@ -46,13 +46,20 @@ class MemoryLimits:
                 if self.limit_bytes.get(d) is not None and need[d] + peak[d] > float(self.limit_bytes[d])}
 
     def constraints(self, layers: list[str], devices: list[str]) -> list[tuple[dict, dict, float]]:
-        """Linear rows Σ weights·x[l,d] <= memory_d - (largest activation): one per limited device."""
+        """Linear rows, per limited device d and layer l: Σ_k weights_k·x[k,d] + activations_l·x[l,d] <= memory_d.
+
+        Together they say: the weights placed on d, plus the activations of any one layer on d, fit.
+        """
         rows = []
-        largest = max((self.activation_bytes.get(l, 0.0) for l in layers), default=0.0)
         for d in devices:
             limit = self.limit_bytes.get(d)
-            if limit is not None:
-                rows.append(({(l, d): self.weights_bytes.get(l, 0.0) for l in layers}, {}, float(limit) - largest))
+            if limit is None:
+                continue
+            weights = {(k, d): self.weights_bytes.get(k, 0.0) for k in layers}
+            for l in layers:
+                row = dict(weights)
+                row[(l, d)] = row[(l, d)] + self.activation_bytes.get(l, 0.0)
+                rows.append((row, {}, float(limit)))
         return rows
 
 

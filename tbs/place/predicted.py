@@ -62,5 +62,6 @@ def with_predictions(profile: Profile) -> tuple[Profile, str]:
             transfers[pair_key(host, name)] = dict(ASSUMED_LINK)
             transfers[pair_key(name, host)] = dict(ASSUMED_LINK)
     metadata["transfers"] = transfers
+    metadata["predicted_devices"] = names  # priced by their own id only, never by a measured kind's price
     note = f"includes predicted devices ({', '.join(names)}: roofline scaling, not measured); {ASSUMPTION}"
     return replace(profile, summary=summary, metadata=metadata), note

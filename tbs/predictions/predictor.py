@@ -215,6 +215,20 @@ def measured_device(name: str, kind: str, calibration: Mapping[str, Any]) -> Cat
                          usd_per_hour=None, spot_usd_per_hour=None, price={}, spec_source="calibration", notes="")
 
 
+def catalog_match(description: str, kind: str, catalog: Mapping[str, CatalogDevice]) -> CatalogDevice | None:
+    """The one catalog accelerator a measured device is, by whole words of its description, or None.
+
+    Every part of the id must be a word of the description ("NVIDIA A100-SXM4-80GB" is a100-80gb,
+    not a100-40gb; "NVIDIA L40S" is not l4); two matches or none: no match.
+    """
+    import re
+
+    words = set(re.split(r"[^a-z0-9]+", description.lower()))
+    found = [c for c in catalog.values() if c.kind == kind and c.kind != "cpu"
+             and all(part in words for part in c.id.split("-"))]
+    return found[0] if len(found) == 1 else None
+
+
 def fitted_achievable(profile: Profile, catalog: Mapping[str, CatalogDevice]) -> tuple[dict[str, float], str]:
     """The fraction of datasheet peaks reached, from measured devices that are in the catalog too.
 
@@ -223,9 +237,7 @@ def fitted_achievable(profile: Profile, catalog: Mapping[str, CatalogDevice]) ->
     """
     fractions: dict[str, list[float]] = {"flops": [], "bandwidth": []}
     for device in profile.metadata.get("devices", []):
-        description = str(device.get("description", "")).lower()
-        match = next((c for c in catalog.values() if c.kind == device.get("kind") and c.kind != "cpu"
-                      and c.id.split("-")[0] in description.replace(" ", "")), None)
+        match = catalog_match(str(device.get("description", "")), str(device.get("kind", "")), catalog)
         flops, bandwidth = ceilings((profile.metadata.get("calibration") or {}).get(device.get("name")))
         if match is None:
             continue

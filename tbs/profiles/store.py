@@ -45,6 +45,7 @@ class ProfileStore:
         self.directory = Path(directory)
         self.metadata: dict[str, Any] = {}
         self._done: set[CellKey] = set()
+        self.resumed_rows: list[tuple[CellKey, dict[str, Any]]] = []  # the finished cells a resume found
         self._lock: Any = None
 
     def lock(self) -> None:
@@ -133,10 +134,14 @@ class ProfileStore:
         if len(old.model) and old.model["status"].isin(failed).any():
             old.model = old.model[~old.model["status"].isin(failed)]
             write_csv_atomic(old.model, self.paths["model"])
-        for row in old.summary.itertuples(index=False):
-            self._done.add(CellKey.of("layer", row.layer, row.device, row.batch_size, row.mode))
-        for row in old.model.itertuples(index=False):
-            self._done.add(CellKey.of("model", MODEL_LAYER, row.device, row.batch_size, row.mode))
+        for row in old.summary.to_dict("records"):
+            key = CellKey.of("layer", row["layer"], row["device"], row["batch_size"], row["mode"])
+            self._done.add(key)
+            self.resumed_rows.append((key, row))
+        for row in old.model.to_dict("records"):
+            key = CellKey.of("model", MODEL_LAYER, row["device"], row["batch_size"], row["mode"])
+            self._done.add(key)
+            self.resumed_rows.append((key, row))
         # Samples of a cell whose summary row never landed are dropped: that cell is re-measured.
         if len(old.samples):
             keep = [

@@ -164,13 +164,22 @@ class JaxDevice(Device):
         return analysis.calibration_programs(self.kind, self._put, self.compile_blocked, dtype)
 
     def peak_memory_bytes(self, reset: bool = False) -> int | None:
-        """On the CPU the process's peak RSS; on an accelerator its allocator's peak (never reset by JAX)."""
+        """On the CPU the process's peak RSS; on an accelerator its allocator's peak.
+
+        JAX never resets an allocator's peak, so a peak is only known when it rose past the mark
+        taken at ``reset`` (None otherwise: an earlier, bigger program set it).
+        """
         if self.kind == "cpu":
             from tbs.backends.host import process_peak_bytes
 
             return process_peak_bytes(reset)
         stats = self.jax_device.memory_stats() or {}
-        return stats.get("bytes_in_use") if reset else stats.get("peak_bytes_in_use")
+        if reset:
+            self._peak_mark = stats.get("peak_bytes_in_use")
+            return stats.get("bytes_in_use")
+        peak = stats.get("peak_bytes_in_use")
+        mark = getattr(self, "_peak_mark", None)
+        return peak if peak is not None and (mark is None or peak > mark) else None
 
     def training_programs(self, call: Callable[..., Any], tensors: list[Any], variables: Sequence[Any],
                           grad_inputs: Sequence[bool], make_optimizer: Callable[[], Any] | None,
