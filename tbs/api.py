@@ -351,6 +351,13 @@ def devices(backend: str | Sequence[str] | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
+def cluster_groups(address: str) -> list[Any]:
+    """A Ray cluster's alive nodes grouped by what they offer (``tbs devices --cluster``); needs tbs[ray]."""
+    from tbs.cluster.discovery import connect, node_groups
+
+    return node_groups(connect(address))
+
+
 def _device_row(backend: str, device: Device) -> dict[str, Any]:
     return dict(backend=backend, device=device.name, kind=device.kind, description=device.description,
                 memory_bytes=device.memory_bytes, available=True, reason=None)

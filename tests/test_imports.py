@@ -23,7 +23,7 @@ STAGES = ("tbs.backends", "tbs.load", "tbs.capture", "tbs.measure", "tbs.profile
           "tbs.place", "tbs.report")
 TOP = ("tbs", "tbs.api", "tbs.run", "tbs.checks", "tbs.progress", "tbs.cli", "tbs.__main__", "tbs.testing",
        "tbs.testing_training")
-TOP_PACKAGES = ("tbs.cli",)
+TOP_PACKAGES = ("tbs.cli", "tbs.cluster")  # the cluster driver runs whole profiles, like the API
 FRAMEWORKS = ("tensorflow", "jax", "jaxlib")
 BACKEND_NAMES = ("tensorflow", "jax")
 DISPATCHER = "tbs.backends"

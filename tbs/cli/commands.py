@@ -196,10 +196,17 @@ def predict(directory: Path, targets: str, source: str | None, catalog: Path | N
 
 @cli.command()
 @click.option("--catalog", "show_catalog", is_flag=True, help="List the device catalog tbs predicts for instead.")
+@click.option("--cluster", "cluster", default=None, metavar="ADDRESS",
+              help="List a Ray cluster's node groups instead (auto, or ray://HOST:PORT; needs tbs[ray]).")
 @click.option("--backend", "backends", type=click.Choice(BACKENDS), multiple=True,
               help="Only this backend (repeatable). Default: every backend.")
-def devices(backends: tuple[str, ...], show_catalog: bool) -> None:
+def devices(backends: tuple[str, ...], show_catalog: bool, cluster: str | None) -> None:
     """List each backend's devices, and why a backend or device kind is unavailable."""
+    if cluster is not None:
+        from tbs.cluster.discovery import describe
+
+        click.echo(describe(api.cluster_groups(cluster)))
+        return
     if show_catalog:
         from tbs.predictions.catalog import catalog_frame
 

@@ -1,0 +1,59 @@
+"""A Ray cluster on this machine (ray.cluster_utils.Cluster, fake nodes told apart by custom resources).
+
+Skipped where Ray is not installed (it is the optional extra tbs[ray]).
+"""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'tbs[ray]')")
+
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from tbs.cli import cli  # noqa: E402
+from tbs.cluster.discovery import connect, describe, node_groups  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    local = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    local.add_node(num_cpus=1, resources={"cpu_box": 1})
+    local.add_node(num_cpus=1, resources={"cpu_box": 1})  # identical: the same group
+    local.add_node(num_cpus=2, resources={"big_box": 1}, labels={"tbs/group": "big"})
+    connect(local.address)
+    yield local
+    ray.shutdown()
+    local.shutdown()
+
+
+def test_identical_nodes_form_one_group_and_each_group_says_what_it_offers(cluster):
+    groups = {g.name: g for g in node_groups(ray)}
+    assert set(groups) >= {"cpu_box", "big"} and len(groups) == 3  # the head node is a group of its own
+    assert len(groups["cpu_box"].nodes) == 2 and groups["cpu_box"].cpus == 1
+    assert groups["big"].cpus == 2 and groups["big"].labels == {"tbs/group": "big"}
+    assert all(g.cpu_model for g in groups.values())
+    text = describe(list(groups.values()))
+    assert "cpu_box: 2 nodes, 1 CPUs" in text and "big: 1 node, 2 CPUs" in text
+
+
+def test_tbs_devices_lists_the_node_groups(cluster):
+    done = CliRunner().invoke(cli, ["devices", "--cluster", cluster.address])
+    assert done.exit_code == 0, done.output
+    assert "cpu_box: 2 nodes" in done.output and "resources big_box" in done.output
+
+
+def test_without_ray_the_option_says_how_to_install_it(monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):
+        if name == "ray":
+            raise ImportError("no ray")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    done = CliRunner().invoke(cli, ["devices", "--cluster", "auto"])
+    assert done.exit_code == 2 and "pip install 'tbs[ray]'" in done.output and "Traceback" not in done.output
