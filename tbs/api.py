@@ -52,7 +52,8 @@ def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Seque
             input: Any = None, custom_objects: Any = None, out: PathLike | None = None, resume: bool = False,
             timing: TimingConfig | None = None, xla: bool = False, seed: int = 0, safe_mode: bool = True,
             progress: Any = "auto", report: bool = True, loss: str | None = None, optimizer: str | None = None,
-            samples: int | None = None, capacity: bool = False, analysis: bool = True) -> Profile:
+            samples: int | None = None, capacity: bool = False, analysis: bool = True,
+            cluster: str | None = None) -> Profile:
     """Time every layer of ``model`` on each device and batch size; returns the Profile.
 
     ``model`` is a .pkl/.pickle/.keras path or an in-memory ``keras.Model`` (copied once
@@ -72,6 +73,14 @@ def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Seque
     """
     if out is not None and not checks.is_path(out):
         raise TbsError(f"out={out!r}: give a directory path, or None for a temporary directory")
+    if cluster is not None:
+        return _profile_cluster(cluster, model, out, dict(
+            batch_sizes=checks.batch_sizes(batch_sizes), device_tokens=checks.device_tokens(devices),
+            prices=checks.prices(prices), training=checks.flag("training", training), backend=backend, input=input,
+            custom_objects=checks.custom_objects(custom_objects), timing=checks.timing(timing),
+            xla=checks.flag("xla", xla), seed=checks.whole("seed", seed), safe_mode=checks.flag("safe_mode", safe_mode),
+            capacity=checks.flag("capacity", capacity), analysis=checks.flag("analysis", analysis),
+            **checks.training_options(training, loss, optimizer, samples)), report, reporter(progress))
     if checks.flag("resume", resume) and out is None:
         raise TbsError("resume=True needs the unfinished profile's directory: pass out=p.directory (or the out= you used)")
     options = RunOptions(
@@ -99,6 +108,22 @@ def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Seque
             store.unlock()
     result = finished or load_profile(directory)
     if report and not interrupted:
+        _write_report(result, directory)
+    return result
+
+
+def _profile_cluster(cluster: str, model: Any, out: PathLike | None, options: dict[str, Any], report: bool,
+                     progress: Any) -> Profile:
+    """One task per node group of a Ray cluster, every cell written into ``out`` as it arrives."""
+    from tbs.cluster.driver import profile_cluster
+
+    if not checks.is_path(model) or not Path(model).is_file():
+        raise TbsError(f"cluster={cluster!r}: give the model as a file (it travels to every node); {model!r} is not one")
+    if options["input"] is not None or options["custom_objects"] is not None:
+        raise TbsError("cluster: --input and --custom-objects do not travel to the nodes yet; profile on each node")
+    directory = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="tbs-cluster-"))
+    result = profile_cluster(cluster, Path(model), options, directory, note=progress.note)
+    if report and result.complete:
         _write_report(result, directory)
     return result
 

@@ -57,3 +57,37 @@ def test_without_ray_the_option_says_how_to_install_it(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_ray)
     done = CliRunner().invoke(cli, ["devices", "--cluster", "auto"])
     assert done.exit_code == 2 and "pip install 'tbs[ray]'" in done.output and "Traceback" not in done.output
+
+
+def test_a_profile_across_the_cluster_holds_each_groups_devices(tmp_path):
+    import pickle
+
+    import pandas as pd
+
+    import tbs
+    from conftest import keras, layers
+
+    local = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})  # the driver's node measures nothing
+    local.add_node(num_cpus=1, resources={"small_box": 1})
+    local.add_node(num_cpus=1, resources={"other_box": 1})
+    try:
+        inputs = keras.Input((8,), name="x")
+        model = keras.Model(inputs, layers.Dense(2, name="out")(layers.Dense(4, name="hidden")(inputs)))
+        with open(tmp_path / "m.pkl", "wb") as f:
+            pickle.dump(model, f)
+        timing = tbs.TimingConfig(min_samples=3, cell_budget_seconds=0.05, min_block_seconds=0.001,
+                                  min_span_seconds=0.0)
+        ray.shutdown()
+        p = tbs.profile(tmp_path / "m.pkl", [4], devices="cpu:0", timing=timing, cluster=local.address,
+                        out=tmp_path / "p", progress=None, analysis=False)
+        assert p.complete
+        assert sorted(p.summary["device"].unique()) == ["other_box/cpu:0", "small_box/cpu:0"]
+        assert len(p.summary) == 2 * 2 and set(p.summary["status"]) <= {"ok", "noisy"}
+        assert sorted(p.model["device"]) == ["other_box/cpu:0", "small_box/cpu:0"]
+        assert {d["name"] for d in p.metadata["devices"]} == {"other_box/cpu:0", "small_box/cpu:0"}
+        written = pd.read_csv(tmp_path / "p" / "summary.csv")
+        assert len(written) == 4 and (tmp_path / "p" / "report.html").is_file()
+        assert "small_box/cpu:0" in tbs.render(p, "text") and "other_box/cpu:0" in tbs.render(p, "text")
+    finally:
+        ray.shutdown()
+        local.shutdown()

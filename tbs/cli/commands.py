@@ -75,6 +75,8 @@ def cli() -> None:
 @click.option("--min-span-seconds", type=click.FloatRange(min=0.0), default=2.0, show_default=True,
               help="A cell's samples must spread over this much wall time (drift on shared machines).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for synthetic inputs.")
+@click.option("--cluster", default=None, metavar="ADDRESS",
+              help="Measure on every node group of a Ray cluster (auto, or ray://HOST:PORT; needs tbs[ray]).")
 @click.option("--no-analysis", is_flag=True, help="Skip the compiler's FLOPs/bytes/memory per cell and the devices' "
                                                   "calibration (faster on big models; no roofline, no tbs predict).")
 @click.option("--capacity", is_flag=True, help="After timing, find each device's largest batch that fits by real "
@@ -92,7 +94,8 @@ def profile(model_path: Path, out_dir: Path | None, min_samples: int, target_ci:
             custom_objects=list(options["custom_files"]) or None, out=directory, resume=options["resume"],
             timing=timing, xla=options["xla"], seed=options["seed"], safe_mode=not no_safe_mode,
             progress=TerminalProgress(), loss=options["loss"], optimizer=options["optimizer"],
-            samples=options["samples"], capacity=options["capacity"], analysis=not options["no_analysis"])
+            samples=options["samples"], capacity=options["capacity"], analysis=not options["no_analysis"],
+            cluster=options["cluster"])
     except KeyboardInterrupt:
         _interrupted(directory)
     if not result.complete:

@@ -1,0 +1,117 @@
+"""The driver: one profiling task per node group, every cell written into one profile as it arrives.
+
+Each group's task is pinned to one of its nodes (hard node affinity). Devices are named
+``group/device`` (as merged profiles name them). A task whose node dies is tried again on
+another node of its group with the cells already received skipped; a group with no node left
+is recorded with the reason, and the profile says it is incomplete.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from tbs.cluster.discovery import NodeGroup, connect, node_groups
+from tbs.cluster.node import profile_here
+from tbs.profiles.store import ProfileStore, finalize
+from tbs.schema import CellKey, ProfileStatus
+
+PER_GROUP = ("calibration", "capacity", "harness_overhead")
+
+
+def _label(group: str, device: str) -> str:
+    return f"{group}/{device}"
+
+
+class Collector:
+    """Writes what the groups send into the driver's store, devices relabelled by group."""
+
+    def __init__(self, store: ProfileStore) -> None:
+        self.store = store
+        self.received: dict[str, list[tuple]] = {}  # group -> cell keys as the node names them
+
+    def cell(self, group: str, key: tuple, row: dict[str, Any], samples: list[dict], analysis: list[dict]) -> None:
+        local = CellKey(*key)
+        self.received.setdefault(group, []).append(tuple(local))
+        label = _label(group, local.device)
+        self.store.add_cell(local._replace(device=label), dict(row, device=label, host=group),
+                            [dict(s, device=label) for s in samples], [dict(a, device=label) for a in analysis])
+
+    def metadata(self, group: str, meta: dict[str, Any]) -> None:
+        m = self.store.metadata
+        for key in ("model", "inputs", "input_source", "seed", "mode", "batch_sizes", "layers", "graph",
+                    "training", "timing", "xla", "backend", "tbs_profile_version", "tbs_version"):
+            if key in meta and not m.get(key):
+                m[key] = meta[key]
+        devices = [d for d in m.get("devices", []) if not str(d.get("name", "")).startswith(f"{group}/")]
+        m["devices"] = devices + [dict(d, name=_label(group, d["name"]), host=group) for d in meta.get("devices", [])]
+        for key in PER_GROUP:
+            for name, value in (meta.get(key) or {}).items():
+                m.setdefault(key, {})[_label(group, name.split("@")[0]) + name[len(name.split("@")[0]):]] = value
+        envs = [e for e in m.get("environments", []) if e.get("group") != group]
+        m["environments"] = envs + [{"group": group, **{k: meta.get(k) for k in ("host", "versions", "settings")}}]
+        self.store.update_metadata()
+
+    def drain(self, queue: Any) -> None:
+        while not queue.empty():
+            message = queue.get_nowait()
+            kind, group = message[0], message[1]
+            if kind == "cell":
+                self.cell(group, *message[2:])
+            elif kind == "metadata":
+                self.metadata(group, message[2])
+
+
+def profile_cluster(address: str, model: Path, options: dict[str, Any], out: Path,
+                    note: Callable[[str], None] = lambda _: None) -> Any:
+    """Profile ``model`` on every node group of the cluster at ``address``; returns the merged Profile."""
+    ray = connect(address)
+    from ray.util.queue import Queue
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    groups = [g for g in node_groups(ray) if g.cpus > 0]
+    store = ProfileStore(out)
+    store.lock()
+    try:
+        store.create({"status": ProfileStatus.RUNNING.value, "cluster": {g.name: g.as_dict() for g in groups},
+                      "devices": []})
+        collector, queue = Collector(store), Queue()
+        model_ref = ray.put(model.read_bytes())
+        remote = ray.remote(num_cpus=1, max_retries=0)(profile_here)
+        left: dict[str, list[dict[str, str]]] = {g.name: list(g.nodes) for g in groups}
+        failures: dict[str, str] = {}
+
+        def launch(group: NodeGroup) -> Any:
+            node = left[group.name].pop(0)
+            note(f"tbs: profiling on {group.name} ({node['host']})")
+            strategy = NodeAffinitySchedulingStrategy(node["node_id"], soft=False)
+            return remote.options(scheduling_strategy=strategy).remote(
+                model_ref, model.suffix, options, queue, group.name, collector.received.get(group.name, []))
+
+        running = {launch(g): g for g in groups}
+        while running:
+            ready, _ = ray.wait(list(running), timeout=0.5)
+            collector.drain(queue)
+            for ref in ready:
+                group = running.pop(ref)
+                try:
+                    ray.get(ref)
+                except Exception as exc:  # the node died, or the profile failed there: retry on a twin
+                    reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+                    if left[group.name]:
+                        note(f"tbs: {group.name} failed ({reason}); trying another of its nodes")
+                        running[launch(group)] = group
+                    else:
+                        failures[group.name] = reason
+            time.sleep(0.05)
+        collector.drain(queue)
+        store.update_metadata(devices_missing={g: f"node group failed: {r}" for g, r in failures.items()})
+        if failures:
+            store.finish(ProfileStatus.INTERRUPTED)
+            from tbs.profiles.profile import load_profile
+
+            return load_profile(out)
+        return finalize(store)
+    finally:
+        store.unlock()

@@ -1,0 +1,71 @@
+"""The task that runs on one node of a group: tbs's own profiler, in-process, streaming every cell.
+
+The model file arrives as bytes through Ray's object store (no shared file system), is written
+to a temporary directory there and profiled exactly as ``tbs profile`` does. A ``StreamingStore``
+writes each finished cell locally and puts it on a Ray queue the driver drains as it goes, so a
+node that dies loses at most the cell it was measuring. Cells the driver already has are passed
+in and skipped (a retry on another node of the group, or ``--resume``).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tbs.profiles.store import ProfileStore
+from tbs.schema import CellKey
+
+
+class StreamingStore(ProfileStore):
+    """A profile store that also sends every cell, transfer and metadata update to the driver."""
+
+    def __init__(self, directory: Path, queue: Any, group: str, done: list[tuple]) -> None:
+        super().__init__(directory)
+        self.queue, self.group, self.already = queue, group, {CellKey(*k) for k in done}
+
+    def is_done(self, key: CellKey) -> bool:
+        return key in self.already or super().is_done(key)
+
+    def add_cell(self, key: CellKey, row: dict[str, Any], samples: list[dict[str, Any]],
+                 analysis: list[dict[str, Any]] = ()) -> None:
+        super().add_cell(key, row, samples, analysis)
+        self.queue.put(("cell", self.group, tuple(key), row, samples, list(analysis)))
+
+    def add_transfers(self, rows: list[dict[str, Any]]) -> None:
+        super().add_transfers(rows)
+        self.queue.put(("transfers", self.group, rows))
+
+    def update_metadata(self, **values: Any) -> None:
+        super().update_metadata(**values)
+        self.queue.put(("metadata", self.group, dict(self.metadata)))
+
+
+def _warn(message: str) -> None:
+    """A node's warnings (a device skipped, a guessed input shape) go to its Ray worker log."""
+    import warnings
+
+    from tbs.errors import TbsWarning
+
+    warnings.warn(message, TbsWarning, stacklevel=2)
+
+
+def profile_here(model_bytes: bytes, model_suffix: str, options: dict[str, Any], queue: Any, group: str,
+                 done: list[tuple]) -> dict[str, Any]:
+    """Profile the model on this node's devices; returns the node's final metadata."""
+    from tbs.progress import reporter
+    from tbs.run import Run, RunOptions
+
+    with tempfile.TemporaryDirectory(prefix="tbs-node-") as scratch:
+        model = Path(scratch) / f"model{model_suffix}"
+        model.write_bytes(model_bytes)
+        run = Run(RunOptions(model=model, out=Path(scratch) / "profile", resume=False, **options),
+                  reporter(None), warn=_warn)
+        run.prepare()
+        store = StreamingStore(Path(scratch) / "profile", queue, group, done)
+        run.start(store)
+        try:
+            run.measure(store, should_stop=lambda: False)
+        finally:
+            run.close()
+        return dict(store.metadata, status="complete")
