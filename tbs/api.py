@@ -80,7 +80,8 @@ def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Seque
             custom_objects=checks.custom_objects(custom_objects), timing=checks.timing(timing),
             xla=checks.flag("xla", xla), seed=checks.whole("seed", seed), safe_mode=checks.flag("safe_mode", safe_mode),
             capacity=checks.flag("capacity", capacity), analysis=checks.flag("analysis", analysis),
-            **checks.training_options(training, loss, optimizer, samples)), report, reporter(progress))
+            **checks.training_options(training, loss, optimizer, samples)), report, reporter(progress),
+            checks.flag("resume", resume))
     if checks.flag("resume", resume) and out is None:
         raise TbsError("resume=True needs the unfinished profile's directory: pass out=p.directory (or the out= you used)")
     options = RunOptions(
@@ -113,7 +114,7 @@ def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Seque
 
 
 def _profile_cluster(cluster: str, model: Any, out: PathLike | None, options: dict[str, Any], report: bool,
-                     progress: Any) -> Profile:
+                     progress: Any, resume: bool = False) -> Profile:
     """One task per node group of a Ray cluster, every cell written into ``out`` as it arrives."""
     from tbs.cluster.driver import profile_cluster
 
@@ -122,7 +123,7 @@ def _profile_cluster(cluster: str, model: Any, out: PathLike | None, options: di
     if options["input"] is not None or options["custom_objects"] is not None:
         raise TbsError("cluster: --input and --custom-objects do not travel to the nodes yet; profile on each node")
     directory = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="tbs-cluster-"))
-    result = profile_cluster(cluster, Path(model), options, directory, note=progress.note)
+    result = profile_cluster(cluster, Path(model), options, directory, note=progress.note, resume=resume)
     if report and result.complete:
         _write_report(result, directory)
     return result

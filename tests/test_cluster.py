@@ -91,3 +91,55 @@ def test_a_profile_across_the_cluster_holds_each_groups_devices(tmp_path):
     finally:
         ray.shutdown()
         local.shutdown()
+
+
+def test_a_node_that_dies_mid_run_loses_no_finished_cell_and_its_twin_finishes(tmp_path):
+    import pickle
+    import threading
+    import time
+
+    import pandas as pd
+
+    import tbs
+    from conftest import keras, layers
+
+    local = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    twins = [local.add_node(num_cpus=1, resources={"twin_box": 1}) for _ in range(2)]
+    try:
+        inputs = keras.Input((64,), name="x")
+        hidden = layers.Dense(64, name="a")(layers.Dense(64, name="b")(inputs))
+        with open(tmp_path / "m.pkl", "wb") as f:
+            pickle.dump(keras.Model(inputs, layers.Dense(2, name="out")(hidden)), f)
+        ray.shutdown()
+        connect(local.address)
+        first = next(g for g in node_groups(ray) if g.name == "twin_box").nodes[0]["node_id"]
+        victim = next(n for n in twins if n.node_id == first)
+        summary = tmp_path / "p" / "summary.csv"
+
+        def kill_after_two_cells() -> None:
+            deadline = time.time() + 120
+            while time.time() < deadline and (not summary.exists() or len(summary.read_text().splitlines()) < 3):
+                time.sleep(0.05)
+            killed.append(len(summary.read_text().splitlines()) - 1 if summary.exists() else 0)
+            local.remove_node(victim, allow_graceful=False)
+
+        killed: list[int] = []
+        killer = threading.Thread(target=kill_after_two_cells)
+        killer.start()
+        batches = [2, 4, 8, 16, 32, 64, 128, 256]
+        timing = tbs.TimingConfig(min_samples=3, cell_budget_seconds=0.1, min_block_seconds=0.002,
+                                  min_span_seconds=0.3)
+        p = tbs.profile(tmp_path / "m.pkl", batches, devices="cpu:0", timing=timing, cluster=local.address,
+                        out=tmp_path / "p", progress=None, analysis=False)
+        killer.join()
+        assert p.complete
+        cells = p.summary.groupby(["layer", "batch_size"]).size()
+        assert len(cells) == 3 * len(batches) and (cells == 1).all()  # every cell once: none lost, none twice
+        assert set(p.summary["device"]) == {"twin_box/cpu:0"}
+        assert len(pd.read_csv(summary)) == 3 * len(batches)
+        assert killed and 2 <= killed[0] < 3 * len(batches)  # it died mid-run
+        retry = p.metadata["retries"][0]
+        assert retry["group"] == "twin_box" and retry["cells_kept"] >= killed[0]
+    finally:
+        ray.shutdown()
+        local.shutdown()

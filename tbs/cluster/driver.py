@@ -63,8 +63,23 @@ class Collector:
                 self.metadata(group, message[2])
 
 
+def _open(store: ProfileStore, groups: list[NodeGroup], resume: bool) -> Collector:
+    """A new cluster profile, or an unfinished one reopened: its cells are what each group need not measure."""
+    collector = Collector(store)
+    if resume and store.existing_status() in (ProfileStatus.RUNNING, ProfileStatus.INTERRUPTED):
+        store.resume({})
+        for key, _ in store.resumed_rows:
+            group, _, device = key.device.partition("/")
+            collector.received.setdefault(group, []).append(tuple(key._replace(device=device)))
+        store.update_metadata(cluster={g.name: g.as_dict() for g in groups})
+    else:
+        store.create({"status": ProfileStatus.RUNNING.value, "cluster": {g.name: g.as_dict() for g in groups},
+                      "devices": []})
+    return collector
+
+
 def profile_cluster(address: str, model: Path, options: dict[str, Any], out: Path,
-                    note: Callable[[str], None] = lambda _: None) -> Any:
+                    note: Callable[[str], None] = lambda _: None, resume: bool = False) -> Any:
     """Profile ``model`` on every node group of the cluster at ``address``; returns the merged Profile."""
     ray = connect(address)
     from ray.util.queue import Queue
@@ -74,9 +89,9 @@ def profile_cluster(address: str, model: Path, options: dict[str, Any], out: Pat
     store = ProfileStore(out)
     store.lock()
     try:
-        store.create({"status": ProfileStatus.RUNNING.value, "cluster": {g.name: g.as_dict() for g in groups},
-                      "devices": []})
-        collector, queue = Collector(store), Queue()
+        collector = _open(store, groups, resume)
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        queue = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})  # dies only with the driver
         model_ref = ray.put(model.read_bytes())
         remote = ray.remote(num_cpus=1, max_retries=0)(profile_here)
         left: dict[str, list[dict[str, str]]] = {g.name: list(g.nodes) for g in groups}
@@ -99,6 +114,9 @@ def profile_cluster(address: str, model: Path, options: dict[str, Any], out: Pat
                     ray.get(ref)
                 except Exception as exc:  # the node died, or the profile failed there: retry on a twin
                     reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+                    retries = store.metadata.setdefault("retries", [])
+                    retries.append({"group": group.name, "reason": reason, "cells_kept": len(collector.received.get(group.name, []))})
+                    store.update_metadata()
                     if left[group.name]:
                         note(f"tbs: {group.name} failed ({reason}); trying another of its nodes")
                         running[launch(group)] = group
