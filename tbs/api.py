@@ -120,8 +120,10 @@ def _profile_cluster(cluster: str, model: Any, out: PathLike | None, options: di
 
     if not checks.is_path(model) or not Path(model).is_file():
         raise TbsError(f"cluster={cluster!r}: give the model as a file (it travels to every node); {model!r} is not one")
-    if options["input"] is not None or options["custom_objects"] is not None:
-        raise TbsError("cluster: --input and --custom-objects do not travel to the nodes yet; profile on each node")
+    if options["input"] is not None and not checks.is_path(options["input"]):
+        raise TbsError("cluster: give --input as a file (it travels to every node), not in-memory arrays")
+    if options["custom_objects"] is not None and not isinstance(options["custom_objects"], (list, tuple)):
+        raise TbsError("cluster: give custom_objects as .py files (they travel to every node), not a dict of classes")
     directory = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="tbs-cluster-"))
     result = profile_cluster(cluster, Path(model), options, directory, note=progress.note, resume=resume)
     if report and result.complete:

@@ -77,9 +77,13 @@ def test_a_profile_across_the_cluster_holds_each_groups_devices(tmp_path):
             pickle.dump(model, f)
         timing = tbs.TimingConfig(min_samples=3, cell_budget_seconds=0.05, min_block_seconds=0.001,
                                   min_span_seconds=0.0)
+        import numpy as np
+
+        np.save(tmp_path / "x.npy", np.random.default_rng(0).random((4, 8), dtype=np.float32))  # it travels too
         ray.shutdown()
         p = tbs.profile(tmp_path / "m.pkl", [4], devices="cpu:0", timing=timing, cluster=local.address,
-                        out=tmp_path / "p", progress=None, analysis=False)
+                        out=tmp_path / "p", progress=None, analysis=False, input=tmp_path / "x.npy")
+        assert p.metadata["input_source"].endswith("x.npy")
         assert p.complete
         assert sorted(p.summary["device"].unique()) == ["other_box/cpu:0", "small_box/cpu:0"]
         assert len(p.summary) == 2 * 2 and set(p.summary["status"]) <= {"ok", "noisy"}
@@ -88,6 +92,21 @@ def test_a_profile_across_the_cluster_holds_each_groups_devices(tmp_path):
         written = pd.read_csv(tmp_path / "p" / "summary.csv")
         assert len(written) == 4 and (tmp_path / "p" / "report.html").is_file()
         assert "small_box/cpu:0" in tbs.render(p, "text") and "other_box/cpu:0" in tbs.render(p, "text")
+        # Interrupted after small_box's cells: --resume measures only other_box's
+        import json
+
+        kept = written[written["device"] == "small_box/cpu:0"]
+        kept.to_csv(tmp_path / "p" / "summary.csv", index=False)
+        model_rows = pd.read_csv(tmp_path / "p" / "model.csv")
+        model_rows[model_rows["device"] == "small_box/cpu:0"].to_csv(tmp_path / "p" / "model.csv", index=False)
+        meta = json.loads((tmp_path / "p" / "metadata.json").read_text())
+        (tmp_path / "p" / "metadata.json").write_text(json.dumps(dict(meta, status="interrupted")))
+        again = tbs.profile(tmp_path / "m.pkl", [4], devices="cpu:0", timing=timing, cluster=local.address,
+                            out=tmp_path / "p", progress=None, analysis=False, input=tmp_path / "x.npy", resume=True)
+        assert again.complete and len(again.summary) == 4
+        pd.testing.assert_frame_equal(
+            again.summary[again.summary["device"] == "small_box/cpu:0"][["layer", "median_s"]].reset_index(drop=True),
+            kept[["layer", "median_s"]].reset_index(drop=True))  # not measured again
     finally:
         ray.shutdown()
         local.shutdown()

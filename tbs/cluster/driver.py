@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from tbs.cluster.discovery import NodeGroup, connect, node_groups
 from tbs.cluster.node import profile_here
+from tbs.profiles.profile import load_profile
 from tbs.profiles.store import ProfileStore, finalize
 from tbs.schema import CellKey, ProfileStatus
 
@@ -63,6 +64,12 @@ class Collector:
                 self.metadata(group, message[2])
 
 
+def travelling_files(options: dict[str, Any]) -> dict[str, bytes]:
+    """The --input file and --custom-objects files, as bytes by path: no node shares the driver's disk."""
+    paths = ([options["input"]] if options.get("input") is not None else []) + list(options.get("custom_objects") or [])
+    return {str(p): Path(p).read_bytes() for p in paths}
+
+
 def _open(store: ProfileStore, groups: list[NodeGroup], resume: bool) -> Collector:
     """A new cluster profile, or an unfinished one reopened: its cells are what each group need not measure."""
     collector = Collector(store)
@@ -93,6 +100,7 @@ def profile_cluster(address: str, model: Path, options: dict[str, Any], out: Pat
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         queue = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})  # dies only with the driver
         model_ref = ray.put(model.read_bytes())
+        files_ref = ray.put(travelling_files(options))
         remote = ray.remote(num_cpus=1, max_retries=0)(profile_here)
         left: dict[str, list[dict[str, str]]] = {g.name: list(g.nodes) for g in groups}
         failures: dict[str, str] = {}
@@ -102,34 +110,45 @@ def profile_cluster(address: str, model: Path, options: dict[str, Any], out: Pat
             note(f"tbs: profiling on {group.name} ({node['host']})")
             strategy = NodeAffinitySchedulingStrategy(node["node_id"], soft=False)
             return remote.options(scheduling_strategy=strategy).remote(
-                model_ref, model.suffix, options, queue, group.name, collector.received.get(group.name, []))
+                model_ref, model.suffix, options, queue, group.name, collector.received.get(group.name, []), files_ref)
 
         running = {launch(g): g for g in groups}
-        while running:
-            ready, _ = ray.wait(list(running), timeout=0.5)
-            collector.drain(queue)
-            for ref in ready:
-                group = running.pop(ref)
-                try:
-                    ray.get(ref)
-                except Exception as exc:  # the node died, or the profile failed there: retry on a twin
-                    reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-                    retries = store.metadata.setdefault("retries", [])
-                    retries.append({"group": group.name, "reason": reason, "cells_kept": len(collector.received.get(group.name, []))})
-                    store.update_metadata()
-                    if left[group.name]:
-                        note(f"tbs: {group.name} failed ({reason}); trying another of its nodes")
-                        running[launch(group)] = group
-                    else:
-                        failures[group.name] = reason
-            time.sleep(0.05)
+        try:
+            _wait_all(ray, running, collector, queue, left, launch, failures, note)
+        except KeyboardInterrupt:  # Ctrl-C: cancel the tasks, keep every cell received
+            for ref in running:
+                ray.cancel(ref, force=True)
+            failures["(all)"] = "interrupted (Ctrl-C)"
         collector.drain(queue)
         store.update_metadata(devices_missing={g: f"node group failed: {r}" for g, r in failures.items()})
-        if failures:
+        if failures:  # what was received stays; --resume measures the rest
             store.finish(ProfileStatus.INTERRUPTED)
-            from tbs.profiles.profile import load_profile
-
             return load_profile(out)
         return finalize(store)
     finally:
         store.unlock()
+
+
+def _wait_all(ray: Any, running: dict[Any, NodeGroup], collector: Collector, queue: Any,
+              left: dict[str, list[dict[str, str]]], launch: Callable[[NodeGroup], Any], failures: dict[str, str],
+              note: Callable[[str], None]) -> None:
+    """Drain cells while the tasks run; a task that fails is launched again on a twin node, or recorded."""
+    store = collector.store
+    while running:
+        ready, _ = ray.wait(list(running), timeout=0.5)
+        collector.drain(queue)
+        for ref in ready:
+            group = running.pop(ref)
+            try:
+                ray.get(ref)
+            except Exception as exc:  # the node died, or the profile failed there: retry on a twin
+                reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+                store.metadata.setdefault("retries", []).append(
+                    {"group": group.name, "reason": reason, "cells_kept": len(collector.received.get(group.name, []))})
+                store.update_metadata()
+                if left[group.name]:
+                    note(f"tbs: {group.name} failed ({reason}); trying another of its nodes")
+                    running[launch(group)] = group
+                else:
+                    failures[group.name] = reason
+        time.sleep(0.05)

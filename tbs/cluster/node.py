@@ -50,15 +50,36 @@ def _warn(message: str) -> None:
     warnings.warn(message, TbsWarning, stacklevel=2)
 
 
+def _written(scratch: Path, files: dict[str, bytes]) -> dict[str, Path]:
+    """Files that travelled as bytes, written under their own names in this node's scratch directory."""
+    out = {}
+    for name, data in files.items():
+        path = scratch / "files" / Path(name).name
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(data)
+        out[name] = path
+    return out
+
+
 def profile_here(model_bytes: bytes, model_suffix: str, options: dict[str, Any], queue: Any, group: str,
-                 done: list[tuple]) -> dict[str, Any]:
-    """Profile the model on this node's devices; returns the node's final metadata."""
+                 done: list[tuple], files: dict[str, bytes] | None = None) -> dict[str, Any]:
+    """Profile the model on this node's devices; returns the node's final metadata.
+
+    ``files`` are the --input data and --custom-objects files by their driver-side path; the
+    options naming them are pointed at this node's copies.
+    """
     from tbs.progress import reporter
     from tbs.run import Run, RunOptions
 
     with tempfile.TemporaryDirectory(prefix="tbs-node-") as scratch:
         model = Path(scratch) / f"model{model_suffix}"
         model.write_bytes(model_bytes)
+        copies = _written(Path(scratch), files or {})
+        options = dict(options)
+        if options.get("input") is not None:
+            options["input"] = copies[str(options["input"])]
+        if options.get("custom_objects"):
+            options["custom_objects"] = [copies[str(p)] for p in options["custom_objects"]]
         run = Run(RunOptions(model=model, out=Path(scratch) / "profile", resume=False, **options),
                   reporter(None), warn=_warn)
         run.prepare()
