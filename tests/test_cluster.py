@@ -92,6 +92,9 @@ def test_a_profile_across_the_cluster_holds_each_groups_devices(tmp_path):
         written = pd.read_csv(tmp_path / "p" / "summary.csv")
         assert len(written) == 4 and (tmp_path / "p" / "report.html").is_file()
         assert "small_box/cpu:0" in tbs.render(p, "text") and "other_box/cpu:0" in tbs.render(p, "text")
+        link = p.metadata["transfers"]["small_box/cpu:0->other_box/cpu:0"]  # timed through the object store
+        assert link["alpha_s"] >= 0 and link["beta_s_per_byte"] >= 0
+        assert tbs.recommend(p, "time").placement["device"].isin(["small_box/cpu:0", "other_box/cpu:0"]).all()
         # Interrupted after small_box's cells: --resume measures only other_box's
         import json
 

@@ -50,6 +50,9 @@ class Collector:
         for key in PER_GROUP:
             for name, value in (meta.get(key) or {}).items():
                 m.setdefault(key, {})[_label(group, name.split("@")[0]) + name[len(name.split("@")[0]):]] = value
+        for pair, fit in (meta.get("transfers") or {}).items():  # copies between the devices of one node
+            src, _, dst = pair.partition("->")
+            m.setdefault("transfers", {})[f"{_label(group, src)}->{_label(group, dst)}"] = fit
         envs = [e for e in m.get("environments", []) if e.get("group") != group]
         m["environments"] = envs + [{"group": group, **{k: meta.get(k) for k in ("host", "versions", "settings")}}]
         self.store.update_metadata()
@@ -121,12 +124,28 @@ def profile_cluster(address: str, model: Path, options: dict[str, Any], out: Pat
             failures["(all)"] = "interrupted (Ctrl-C)"
         collector.drain(queue)
         store.update_metadata(devices_missing={g: f"node group failed: {r}" for g, r in failures.items()})
+        if len(groups) > 1 and not failures and "cluster_links" not in store.metadata:
+            note("tbs: timing copies between the node groups")
+            _add_links(ray, groups, store)
         if failures:  # what was received stays; --resume measures the rest
             store.finish(ProfileStatus.INTERRUPTED)
             return load_profile(out)
         return finalize(store)
     finally:
         store.unlock()
+
+
+def _add_links(ray: Any, groups: list[NodeGroup], store: ProfileStore) -> None:
+    """Copy costs across machines join the devices' own (within a node) in ``transfers``."""
+    from tbs.cluster.links import links
+
+    by_group: dict[str, list[str]] = {}
+    for device in store.metadata.get("devices", []):
+        by_group.setdefault(str(device["name"]).split("/", 1)[0], []).append(str(device["name"]))
+    found = links(ray, groups, by_group)
+    transfers = dict(store.metadata.get("transfers") or {})
+    transfers.update(found)
+    store.update_metadata(transfers=transfers, cluster_links="object store (ray.get of a remote buffer)")
 
 
 def _wait_all(ray: Any, running: dict[Any, NodeGroup], collector: Collector, queue: Any,
