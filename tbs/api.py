@@ -125,7 +125,7 @@ def _profile_cluster(cluster: str, model: Any, out: PathLike | None, options: di
     if options["custom_objects"] is not None and not isinstance(options["custom_objects"], (list, tuple)):
         raise TbsError("cluster: give custom_objects as .py files (they travel to every node), not a dict of classes")
     directory = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="tbs-cluster-"))
-    result = profile_cluster(cluster, Path(model), options, directory, note=progress.note, resume=resume)
+    result = profile_cluster(cluster, Path(model), options, directory, progress=progress, resume=resume)
     if report and result.complete:
         _write_report(result, directory)
     return result

@@ -81,8 +81,13 @@ def test_a_profile_across_the_cluster_holds_each_groups_devices(tmp_path):
 
         np.save(tmp_path / "x.npy", np.random.default_rng(0).random((4, 8), dtype=np.float32))  # it travels too
         ray.shutdown()
+        seen: list[tuple[str, float | None]] = []
         p = tbs.profile(tmp_path / "m.pkl", [4], devices="cpu:0", timing=timing, cluster=local.address,
-                        out=tmp_path / "p", progress=None, analysis=False, input=tmp_path / "x.npy")
+                        out=tmp_path / "p", progress=lambda label, left: seen.append((label, left)),
+                        analysis=False, input=tmp_path / "x.npy")
+        said = {label.split(":")[0] for label, _ in seen}
+        assert {"small_box", "other_box"} <= said  # each group's progress, named
+        assert any(left is not None and "box:" in label for label, left in seen)
         assert p.metadata["input_source"].endswith("x.npy")
         assert p.complete
         assert sorted(p.summary["device"].unique()) == ["other_box/cpu:0", "small_box/cpu:0"]

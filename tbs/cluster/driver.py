@@ -26,11 +26,22 @@ def _label(group: str, device: str) -> str:
 
 
 class Collector:
-    """Writes what the groups send into the driver's store, devices relabelled by group."""
+    """Writes what the groups send into the driver's store, devices relabelled by group; shows their progress."""
 
-    def __init__(self, store: ProfileStore) -> None:
-        self.store = store
+    def __init__(self, store: ProfileStore, progress: Any = None) -> None:
+        self.store, self.progress = store, progress
         self.received: dict[str, list[tuple]] = {}  # group -> cell keys as the node names them
+        self.left: dict[str, float] = {}  # group -> its own ETA (seconds)
+
+    def progressed(self, group: str, label: str, remaining_seconds: float | None) -> None:
+        """One line for the cluster: the group that spoke, what it does, and the slowest group's ETA."""
+        if self.progress is None:
+            return
+        if remaining_seconds is None:
+            self.progress.describe(f"{group}: {label}")
+            return
+        self.left[group] = float(remaining_seconds)
+        self.progress.advance(f"{group}: {label}", max(self.left.values()))
 
     def cell(self, group: str, key: tuple, row: dict[str, Any], samples: list[dict], analysis: list[dict]) -> None:
         local = CellKey(*key)
@@ -65,6 +76,8 @@ class Collector:
                 self.cell(group, *message[2:])
             elif kind == "metadata":
                 self.metadata(group, message[2])
+            elif kind == "progress":
+                self.progressed(group, *message[2:])
 
 
 def travelling_files(options: dict[str, Any]) -> dict[str, bytes]:
@@ -73,9 +86,9 @@ def travelling_files(options: dict[str, Any]) -> dict[str, bytes]:
     return {str(p): Path(p).read_bytes() for p in paths}
 
 
-def _open(store: ProfileStore, groups: list[NodeGroup], resume: bool) -> Collector:
+def _open(store: ProfileStore, groups: list[NodeGroup], resume: bool, progress: Any) -> Collector:
     """A new cluster profile, or an unfinished one reopened: its cells are what each group need not measure."""
-    collector = Collector(store)
+    collector = Collector(store, progress)
     if resume and store.existing_status() in (ProfileStatus.RUNNING, ProfileStatus.INTERRUPTED):
         store.resume({})
         for key, _ in store.resumed_rows:
@@ -88,18 +101,19 @@ def _open(store: ProfileStore, groups: list[NodeGroup], resume: bool) -> Collect
     return collector
 
 
-def profile_cluster(address: str, model: Path, options: dict[str, Any], out: Path,
-                    note: Callable[[str], None] = lambda _: None, resume: bool = False) -> Any:
+def profile_cluster(address: str, model: Path, options: dict[str, Any], out: Path, progress: Any = None,
+                    resume: bool = False) -> Any:
     """Profile ``model`` on every node group of the cluster at ``address``; returns the merged Profile."""
     ray = connect(address)
     from ray.util.queue import Queue
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     groups = [g for g in node_groups(ray) if g.cpus > 0]
+    note: Callable[[str], None] = progress.note if progress is not None else (lambda _: None)
     store = ProfileStore(out)
     store.lock()
     try:
-        collector = _open(store, groups, resume)
+        collector = _open(store, groups, resume, progress)
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         queue = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})  # dies only with the driver
         model_ref = ray.put(model.read_bytes())
@@ -115,6 +129,8 @@ def profile_cluster(address: str, model: Path, options: dict[str, Any], out: Pat
             return remote.options(scheduling_strategy=strategy).remote(
                 model_ref, model.suffix, options, queue, group.name, collector.received.get(group.name, []), files_ref)
 
+        if progress is not None:
+            progress.start(0.0)
         running = {launch(g): g for g in groups}
         try:
             _wait_all(ray, running, collector, queue, left, launch, failures, note)
@@ -123,6 +139,8 @@ def profile_cluster(address: str, model: Path, options: dict[str, Any], out: Pat
                 ray.cancel(ref, force=True)
             failures["(all)"] = "interrupted (Ctrl-C)"
         collector.drain(queue)
+        if progress is not None:
+            progress.finish()
         store.update_metadata(devices_missing={g: f"node group failed: {r}" for g, r in failures.items()})
         if len(groups) > 1 and not failures and "cluster_links" not in store.metadata:
             note("tbs: timing copies between the node groups")

@@ -80,8 +80,11 @@ def profile_here(model_bytes: bytes, model_suffix: str, options: dict[str, Any],
             options["input"] = copies[str(options["input"])]
         if options.get("custom_objects"):
             options["custom_objects"] = [copies[str(p)] for p in options["custom_objects"]]
+        def progress(label: str, remaining_seconds: float | None) -> None:
+            queue.put(("progress", group, label, remaining_seconds))
+
         run = Run(RunOptions(model=model, out=Path(scratch) / "profile", resume=False, **options),
-                  reporter(None), warn=_warn)
+                  reporter(progress), warn=_warn)
         run.prepare()
         store = StreamingStore(Path(scratch) / "profile", queue, group, done)
         run.start(store)
