@@ -9,7 +9,7 @@ Importing tbs imports no framework: TensorFlow or JAX loads when a call needs it
 on the backend that call asks for.
 """
 
-from tbs.api import devices, load, predict, profile, recommend, render, verify
+from tbs.api import cluster_groups, devices, load, predict, profile, recommend, render, verify
 from tbs.errors import TbsError, TbsWarning
 from tbs.measure.timing import TimingConfig
 from tbs.place.recommend import Recommendation
@@ -28,6 +28,6 @@ def _version() -> str:
 __version__ = _version()
 
 __all__ = [
-    "profile", "load", "recommend", "verify", "render", "devices", "predict",
+    "profile", "load", "recommend", "verify", "render", "devices", "predict", "cluster_groups",
     "Profile", "Recommendation", "Verification", "TimingConfig", "TbsError", "TbsWarning", "__version__",
 ]

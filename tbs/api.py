@@ -38,7 +38,8 @@ from tbs.schema import ProfileStatus
 from tbs.place.verify import Verification, verify_recommendation
 from tbs.run import Run, RunOptions, custom_object_dict
 
-__all__ = ["profile", "load", "recommend", "verify", "render", "devices", "predict", "placement_for_report"]
+__all__ = ["profile", "load", "recommend", "verify", "render", "devices", "predict", "cluster_groups",
+           "placement_for_report"]
 
 PathLike = str | os.PathLike
 

@@ -9,6 +9,7 @@ is recorded with the reason, and the profile says it is incomplete.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -120,10 +121,12 @@ def profile_cluster(address: str, model: Path, options: dict[str, Any], out: Pat
         files_ref = ray.put(travelling_files(options))
         remote = ray.remote(num_cpus=1, max_retries=0)(profile_here)
         left: dict[str, list[dict[str, str]]] = {g.name: list(g.nodes) for g in groups}
+        used: dict[str, dict[str, str]] = {}  # group -> the node its (last) task ran on
         failures: dict[str, str] = {}
 
         def launch(group: NodeGroup) -> Any:
             node = left[group.name].pop(0)
+            used[group.name] = node
             note(f"tbs: profiling on {group.name} ({node['host']})")
             strategy = NodeAffinitySchedulingStrategy(node["node_id"], soft=False)
             return remote.options(scheduling_strategy=strategy).remote(
@@ -144,7 +147,7 @@ def profile_cluster(address: str, model: Path, options: dict[str, Any], out: Pat
         store.update_metadata(devices_missing={g: f"node group failed: {r}" for g, r in failures.items()})
         if len(groups) > 1 and not failures and "cluster_links" not in store.metadata:
             note("tbs: timing copies between the node groups")
-            _add_links(ray, groups, store)
+            _add_links(ray, [replace(g, nodes=[used[g.name]]) for g in groups], store)
         if failures:  # what was received stays; --resume measures the rest
             store.finish(ProfileStatus.INTERRUPTED)
             return load_profile(out)
@@ -160,7 +163,11 @@ def _add_links(ray: Any, groups: list[NodeGroup], store: ProfileStore) -> None:
     by_group: dict[str, list[str]] = {}
     for device in store.metadata.get("devices", []):
         by_group.setdefault(str(device["name"]).split("/", 1)[0], []).append(str(device["name"]))
-    found = links(ray, groups, by_group)
+    try:
+        found = links(ray, groups, by_group)
+    except Exception as exc:  # a node left between: the profile stands, a split across machines is refused
+        store.update_metadata(cluster_links=f"not measured: {str(exc).strip().splitlines()[0][:200]}")
+        return
     transfers = dict(store.metadata.get("transfers") or {})
     transfers.update(found)
     store.update_metadata(transfers=transfers, cluster_links="object store (ray.get of a remote buffer)")
