@@ -74,25 +74,18 @@ def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Seque
     """
     if out is not None and not checks.is_path(out):
         raise TbsError(f"out={out!r}: give a directory path, or None for a temporary directory")
+    checked = dict(
+        batch_sizes=checks.batch_sizes(batch_sizes), device_tokens=checks.device_tokens(devices),
+        prices=checks.prices(prices), training=checks.flag("training", training), backend=backend, input=input,
+        custom_objects=checks.custom_objects(custom_objects), timing=checks.timing(timing), xla=checks.flag("xla", xla),
+        seed=checks.whole("seed", seed), safe_mode=checks.flag("safe_mode", safe_mode),
+        capacity=checks.flag("capacity", capacity), analysis=checks.flag("analysis", analysis),
+        **checks.training_options(training, loss, optimizer, samples))
     if cluster is not None:
-        return _profile_cluster(cluster, model, out, dict(
-            batch_sizes=checks.batch_sizes(batch_sizes), device_tokens=checks.device_tokens(devices),
-            prices=checks.prices(prices), training=checks.flag("training", training), backend=backend, input=input,
-            custom_objects=checks.custom_objects(custom_objects), timing=checks.timing(timing),
-            xla=checks.flag("xla", xla), seed=checks.whole("seed", seed), safe_mode=checks.flag("safe_mode", safe_mode),
-            capacity=checks.flag("capacity", capacity), analysis=checks.flag("analysis", analysis),
-            **checks.training_options(training, loss, optimizer, samples)), report, reporter(progress),
-            checks.flag("resume", resume))
+        return _profile_cluster(cluster, model, out, checked, report, reporter(progress), checks.flag("resume", resume))
     if checks.flag("resume", resume) and out is None:
         raise TbsError("resume=True needs the unfinished profile's directory: pass out=p.directory (or the out= you used)")
-    options = RunOptions(
-        model=model, batch_sizes=checks.batch_sizes(batch_sizes), device_tokens=checks.device_tokens(devices),
-        prices=checks.prices(prices), training=checks.flag("training", training), backend=backend, input=input,
-        custom_objects=checks.custom_objects(custom_objects), out=Path(out) if out is not None else None,
-        resume=resume, timing=checks.timing(timing), xla=checks.flag("xla", xla), seed=checks.whole("seed", seed),
-        safe_mode=checks.flag("safe_mode", safe_mode), capacity=checks.flag("capacity", capacity),
-        analysis=checks.flag("analysis", analysis),
-        **checks.training_options(training, loss, optimizer, samples))
+    options = RunOptions(model=model, out=Path(out) if out is not None else None, resume=resume, **checked)
     run = Run(options, reporter(progress), warn=_warn)
     store = ProfileStore(options.out) if options.out is not None else None
     if store is not None:
