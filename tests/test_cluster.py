@@ -94,6 +94,9 @@ def test_a_profile_across_the_cluster_holds_each_groups_devices_and_resumes(clus
     assert len(p.summary) == 2 * 2 and set(p.summary["status"]) <= {"ok", "noisy"}
     assert {d["name"] for d in p.metadata["devices"]} == set(DEVICES)
     assert {"twin_box", "big"} <= {label.split(":")[0] for label, _ in seen}  # each group's progress, named
+    ran_on = {e["group"]: e["node_id"] for e in p.metadata["environments"]}
+    groups = {g.name: {n["node_id"] for n in g.nodes} for g in node_groups(ray)}
+    assert ran_on["big"] in groups["big"] and ran_on["twin_box"] in groups["twin_box"]  # each on its own group
     written = pd.read_csv(tmp_path / "p" / "summary.csv")
     assert len(written) == 4 and (tmp_path / "p" / "report.html").is_file()
     assert all(d in tbs.render(p, "text") for d in DEVICES)

@@ -66,7 +66,8 @@ class Collector:
             src, _, dst = pair.partition("->")
             m.setdefault("transfers", {})[f"{_label(group, src)}->{_label(group, dst)}"] = fit
         envs = [e for e in m.get("environments", []) if e.get("group") != group]
-        m["environments"] = envs + [{"group": group, **{k: meta.get(k) for k in ("host", "versions", "settings")}}]
+        m["environments"] = envs + [{"group": group, **{k: meta.get(k) for k in ("host", "versions", "settings",
+                                                                                  "node_id")}}]
         self.store.update_metadata()
 
     def drain(self, queue: Any) -> None:
@@ -132,6 +133,8 @@ def profile_cluster(address: str, model: Path, options: dict[str, Any], out: Pat
             return remote.options(scheduling_strategy=strategy).remote(
                 model_ref, model.suffix, options, queue, group.name, collector.received.get(group.name, []), files_ref)
 
+        note("tbs: measuring on " + "; ".join(f"{g.name} ({len(g.nodes)} node{'s' if len(g.nodes) > 1 else ''})"
+                                               for g in groups))
         if progress is not None:
             progress.start(0.0)
         running = {launch(g): g for g in groups}

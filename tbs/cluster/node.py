@@ -88,6 +88,9 @@ def profile_here(model_bytes: bytes, model_suffix: str, options: dict[str, Any],
         run.prepare()
         store = StreamingStore(Path(scratch) / "profile", queue, group, done)
         run.start(store)
+        import ray
+
+        store.update_metadata(node_id=ray.get_runtime_context().get_node_id())  # where it really ran
         try:
             run.measure(store, should_stop=lambda: False)
         finally:
