@@ -137,8 +137,8 @@ def test_a_node_that_dies_mid_run_loses_no_finished_cell_and_its_twin_finishes(c
 
     killer = threading.Thread(target=kill_after_two_cells)
     killer.start()
-    batches = [2, 4, 8, 16, 32, 64]
-    timing = tbs.TimingConfig(min_samples=3, cell_budget_seconds=0.1, min_block_seconds=0.002, min_span_seconds=0.3)
+    batches = [2, 4, 8, 16]
+    timing = tbs.TimingConfig(min_samples=3, cell_budget_seconds=0.1, min_block_seconds=0.002, min_span_seconds=0.25)
     p = tbs.profile(model_file, batches, devices="cpu:0", timing=timing, cluster=cluster.address, out=tmp_path / "p",
                     progress=None, analysis=False)
     killer.join()
