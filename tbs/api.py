@@ -10,6 +10,7 @@ every mistake is a ``TbsError`` with one line naming the bad value and the fix.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import tempfile
@@ -244,8 +245,10 @@ def predict(profile: Profile | PathLike, devices: str | Sequence[str], *, source
     from tbs.predictions import predict as _predict
 
     result = _predict(_as_profile(profile), devices, source, None if catalog is None else str(catalog))
-    table = checks.prices(prices)
-    return reprice(result, table, {}) if table else result
+    priced = reprice(result, checks.prices(prices), {})  # the catalog's prices, or those given, to dollars
+    # Only the predicted rows are priced here: the measured ones keep their prices (and any spot discount).
+    metadata = dict(result.metadata, prices_usd_per_hour=priced.metadata["prices_usd_per_hour"])
+    return dataclasses.replace(result, predictions=priced.predictions, metadata=metadata)
 
 
 def recommend(profile: Profile | PathLike, objective: str = "cost", *, batch_size: int | None = None,

@@ -41,3 +41,15 @@ def format_usd(usd: float | None) -> str:
     if abs(value) >= 0.01:
         return f"${value:,.2f}"
     return f"${value:.3g}"
+
+
+def format_bytes(value: object) -> str:
+    """Bytes for people; blank where unknown (never "0 B" for a value nobody measured)."""
+    if not is_number(value):
+        return ""
+    size = float(value)  # type: ignore[arg-type]
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(size) < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.3g} {unit}"
+        size /= 1024
+    return f"{size:.3g} TiB"

@@ -66,6 +66,11 @@ class ProgramCost:
     reason: str = ""  # why some figure is missing
 
 
+# Square matmul side and streamed bytes per device kind: long enough to reach the ceiling, short to time.
+CALIBRATION_MATMUL_N = {"cpu": 1024, "gpu": 8192, "tpu": 8192}
+CALIBRATION_STREAM_BYTES = {"cpu": 256 * 2**20, "gpu": 2 * 2**30, "tpu": 2 * 2**30}
+
+
 @dataclass
 class CalibrationProgram:
     """A program whose work is known exactly: timing it gives the device's achievable ceiling."""

@@ -43,9 +43,10 @@ def device_names(label: str) -> list[str]:
     return names
 
 
-def lookup(table: Mapping[str, float], device: str, kind: str) -> float | None:
-    """A device's entry: exact (merged) label, then device name, then kind; None when absent."""
-    for key in device_names(device) + [kind]:
+def lookup(table: Mapping[str, float], device: str, kind: str | None) -> float | None:
+    """A device's entry: exact (merged) label, then device name, then kind (``None``: by name only,
+    as a predicted catalog device is); None when absent."""
+    for key in device_names(device) + ([kind] if kind is not None else []):
         if key in table:
             return table[key]
     return None
@@ -78,10 +79,10 @@ def reprice(profile: Profile, usd_per_hour: Mapping[str, float], spot: Mapping[s
         for device, kind, recorded in zip(frame["device"], frame["device_kind"], frame["usd_per_hour"]):
             # A predicted device (a catalog id) is priced by its own id only: "gpu=3" prices the
             # GPU the user measured, not every GPU in the catalog.
-            price = lookup(usd_per_hour, device, kind if by_kind else "\0")
+            price = lookup(usd_per_hour, device, kind if by_kind else None)
             if price is None and is_number(recorded):
                 price = float(recorded)
-            discount = lookup(spot, device, kind if by_kind else "\0") or 0.0
+            discount = lookup(spot, device, kind if by_kind else None) or 0.0
             prices.append(None if price is None else price * (1.0 - discount))
         frame["usd_per_hour"] = pd.Series(prices, index=frame.index, dtype="float64")
         frame["cost_per_sample_usd"] = usd_for_seconds(frame["per_sample_s"], frame["usd_per_hour"])

@@ -15,6 +15,7 @@ import numpy as np
 
 from tbs.backends.base import ProgramCost
 from tbs.capture.recorder import LayerCall
+from tbs.measure import rows
 from tbs.schema import ANALYSIS_COLUMNS, CellKey, Phase
 
 FORWARD, BACKWARD, UPDATE = Phase.FORWARD.value, Phase.BACKWARD.value, Phase.UPDATE.value
@@ -23,11 +24,6 @@ FORWARD_BACKWARD = Phase.FORWARD_BACKWARD.value
 FORMULA = "formula"
 # Layer categories whose every weight is used once per output position (a multiply-add each).
 _WEIGHT_PER_POSITION = ("dense", "conv")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:200]
 
 
 def _elements(shapes: list[list[int | None]]) -> int:
@@ -100,7 +96,7 @@ def _analysed(analyse: Callable[[], dict[str, ProgramCost]], call: LayerCall | N
     try:
         return analyse()
     except Exception as exc:  # the analysis never stops a measurement
-        why = f"no compiler analysis ({_first_line(exc)})"
+        why = f"no compiler analysis ({rows.reason(exc)})"
         if call is None:
             return {phase: ProgramCost(source="", reason=why)}
         return {phase: formula_cost(call, why)}

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 from tbs.backends.base import Device
+from tbs.measure import rows
 from tbs.measure.timing import Interrupted, Runner, Timer
 
 SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
@@ -54,7 +55,7 @@ def _calibrate_dtype(device: Device, dtype: str, timer: Timer, harness: Runner, 
     try:
         programs = device.calibration_programs(dtype)
     except Exception as exc:  # a dtype this device cannot compute in: no ceiling for it
-        found["failed"][dtype] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+        found["failed"][dtype] = rows.reason(exc)
         return found
     for program in programs:
         if program.name == "stream" and not with_stream:
@@ -64,7 +65,7 @@ def _calibrate_dtype(device: Device, dtype: str, timer: Timer, harness: Runner, 
         except Interrupted:
             raise
         except Exception as exc:  # out of memory, a dtype the device lacks: no ceiling, and why; the run goes on
-            found["failed"][f"{program.name} {dtype}"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+            found["failed"][f"{program.name} {dtype}"] = rows.reason(exc)
             continue
         if not seconds or seconds <= 0:
             found["failed"][f"{program.name} {dtype}"] = "timed as zero (below the harness's resolution)"

@@ -92,7 +92,7 @@ def gather(profile: Profile, batch_size: int | None) -> Inputs:
     predicted = set(profile.metadata.get("predicted_devices") or [])
     for d in devices:
         if usd.get(d) is None:  # a predicted device takes no price from the kind of a measured one
-            usd[d] = lookup(prices, d, "\0" if d in predicted else kinds.get(d, ""))
+            usd[d] = lookup(prices, d, None if d in predicted else kinds.get(d, ""))
     host = profile.metadata.get("host_device") or next((d for d in devices if kinds.get(d) == "cpu"), devices[0])
     tensors = graph_tensors((profile.metadata.get("graph") or {}).get(str(batch), []), layers, profile.mode)
     fits = {k: TransferFit(v["alpha_s"], v["beta_s_per_byte"]) for k, v in (profile.metadata.get("transfers") or {}).items()}

@@ -47,8 +47,7 @@ def predict(profile: Profile, devices: str | Iterable[str], source: str | None =
     rows = []
     for target in targets:
         rows += predict_rows(profile, target, choose_source(profile, target, source), achievable)
-    new = pd.DataFrame(rows, columns=PREDICTION_COLUMNS)
-    new["cost_per_sample_usd"] = new["per_sample_s"] * pd.to_numeric(new["usd_per_hour"], errors="coerce") / 3600.0
+    new = pd.DataFrame(rows, columns=PREDICTION_COLUMNS)  # priced by the cost stage (tbs.cost.reprice)
     old = profile.predictions
     kept = old[~old["device"].isin([t.id for t in targets])] if len(old) else old
     frame = pd.concat([f for f in (kept, new) if len(f)], ignore_index=True) if len(kept) else new

@@ -11,7 +11,7 @@ from tbs.profiles.profile import Profile, with_layer_sums
 from tbs.place.recommend import Recommendation, comparison, saving
 from tbs.place.verify import Verification
 from tbs.schema import MEASURED, NOT_MEASURED, Status
-from tbs.units import PER_MILLION, format_seconds, format_usd, is_number
+from tbs.units import PER_MILLION, format_bytes, format_seconds, format_usd, is_number
 
 INACTIVE_MARK = "†"  # on the name of a layer that does nothing in the measured mode
 
@@ -179,7 +179,7 @@ def render(profile: Profile, samples: int | None = None) -> str:
 def capacity_line(device: str, found: Mapping[str, Any]) -> str:
     """One sentence: the largest batch that fits on ``device``, how it was found, or why it is unknown."""
     limit = found.get("limit_bytes")
-    within = f" within {_gib(limit)}" if is_number(limit) else ""
+    within = f" within {format_bytes(limit)}" if is_number(limit) else ""
     estimate = found.get("estimated_batch")
     largest = found.get("largest_batch")
     if not is_number(largest):
@@ -201,10 +201,6 @@ def capacity_lines(profile: Profile) -> list[str]:
     """A line per device with something to say (an estimate or a search); none for a device without sizes."""
     return [capacity_line(d, f) for d, f in (profile.metadata.get("capacity") or {}).items()
             if f.get("estimated_batch") is not None or f.get("tries")]
-
-
-def _gib(value: Any) -> str:
-    return f"{float(value) / 2**30:.1f} GiB"
 
 
 def predicted_lines(profile: Profile) -> str:

@@ -13,8 +13,7 @@ import pandas as pd
 
 from tbs.report.console import capacity_line
 from tbs.report.page import ReportData, esc, table
-from tbs.report.training import format_bytes
-from tbs.units import is_number
+from tbs.units import format_bytes, is_number
 
 
 def _per_batch(data: ReportData) -> pd.DataFrame:

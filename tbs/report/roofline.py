@@ -18,9 +18,8 @@ from tbs.profiles.roofline import OVERHEAD_FRACTION, ceilings
 from tbs.report.page import ReportData, esc, figure, table
 from tbs.report.memory import section_memory
 from tbs.report.predicted import numbers, section_predicted
-from tbs.report.training import format_bytes
 from tbs.schema import MEASURED
-from tbs.units import format_seconds, is_number
+from tbs.units import format_bytes, format_seconds, is_number
 
 BATCH_COLORS = qualitative.Dark2  # points coloured by batch size: unlike the device colours
 BOUND_SYMBOLS = {"compute": "circle", "memory": "square", "overhead": "x"}

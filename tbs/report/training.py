@@ -15,7 +15,7 @@ from tbs.report.analysis import PHASES, phase_table, step_check, training_memory
 from tbs.report.figures import PHASE_COLORS, phase_figure
 from tbs.report.page import ReportData, esc, figure, table
 from tbs.schema import LOSS_LAYER, MEASURED
-from tbs.units import PER_MILLION, format_seconds, format_usd, is_number
+from tbs.units import PER_MILLION, format_bytes, format_seconds, format_usd, is_number
 
 NAV = [("training", "Training"), ("phases", "Phases"), ("train-cost", "Cost per epoch"), ("memory", "Memory")]
 
@@ -25,18 +25,6 @@ def samples_per_epoch(data: ReportData) -> int | None:
     meta = data.profile.metadata
     n = data.samples_workload or meta.get("samples") or (meta.get("training") or {}).get("samples_per_epoch")
     return int(n) if is_number(n) and n else None
-
-
-def format_bytes(value: object) -> str:
-    """Bytes for people; blank where unknown (never "0 B" for a value nobody measured)."""
-    if not is_number(value):
-        return ""
-    size = float(value)  # type: ignore[arg-type]
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(size) < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.3g} {unit}"
-        size /= 1024
-    return f"{size:.3g} TiB"
 
 
 def _usd(value: object, scale: float = 1.0) -> str:

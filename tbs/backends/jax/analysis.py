@@ -12,11 +12,9 @@ from typing import Any, Callable
 import numpy as np
 
 from tbs.backends import xla
-from tbs.backends.base import CalibrationProgram, ProgramCost
+from tbs.backends.base import (CALIBRATION_MATMUL_N, CALIBRATION_STREAM_BYTES, CalibrationProgram,
+                               ProgramCost)
 
-# Square matmul side and streamed bytes: long enough to reach the ceiling, short to time.
-MATMUL_N = {"cpu": 1024, "gpu": 8192, "tpu": 8192}
-STREAM_BYTES = {"cpu": 256 * 2**20, "gpu": 2 * 2**30, "tpu": 2 * 2**30}
 
 
 def _jax() -> Any:
@@ -45,12 +43,12 @@ def calibration_programs(kind: str, place: Callable[[Any], Any],
                          compile_blocked: Callable[..., Any], dtype: str) -> list[CalibrationProgram]:
     """A matmul (its FLOP/s) and a sum over a large array (its read bandwidth) in ``dtype``."""
     jnp = _jax().numpy
-    n = MATMUL_N.get(kind, 1024)
+    n = CALIBRATION_MATMUL_N.get(kind, CALIBRATION_MATMUL_N["cpu"])
     rng = np.random.default_rng(0)
     a = place(jnp.asarray(rng.standard_normal((n, n), np.float32), dtype))
     b = place(jnp.asarray(rng.standard_normal((n, n), np.float32), dtype))
     itemsize = np.dtype(jnp.dtype(dtype)).itemsize
-    count = STREAM_BYTES.get(kind, STREAM_BYTES["cpu"]) // itemsize
+    count = CALIBRATION_STREAM_BYTES.get(kind, CALIBRATION_STREAM_BYTES["cpu"]) // itemsize
     x = place(jnp.ones((count,), dtype))
     return [
         CalibrationProgram("matmul", dtype, compile_blocked(lambda p, q: p @ q, [a, b], True), 2.0 * n ** 3,

@@ -14,11 +14,10 @@ from typing import Any, Callable
 import numpy as np
 
 from tbs.backends import xla
-from tbs.backends.base import CalibrationProgram, ProgramCost
+from tbs.backends.base import (CALIBRATION_MATMUL_N, CALIBRATION_STREAM_BYTES, CalibrationProgram,
+                               ProgramCost)
 from tbs.backends.tensorflow.environment import tensorflow as _tensorflow
 
-MATMUL_N = {"cpu": 1024, "gpu": 8192, "tpu": 8192}
-STREAM_BYTES = {"cpu": 256 * 2**20, "gpu": 2 * 2**30, "tpu": 2 * 2**30}
 XLA_SOURCE = "xla (TensorFlow's HLO)"
 GRAPH_SOURCE = "tensorflow graph statistics"
 
@@ -69,12 +68,12 @@ def calibration_programs(kind: str, place: Callable[[Any], Any], compile_blocked
                          dtype: str) -> list[CalibrationProgram]:
     """A matmul (its FLOP/s) and a sum over a large array (its read bandwidth) in ``dtype``."""
     tf = _tensorflow()
-    n = MATMUL_N.get(kind, 1024)
+    n = CALIBRATION_MATMUL_N.get(kind, CALIBRATION_MATMUL_N["cpu"])
     rng = np.random.default_rng(0)
     a = place(tf.cast(rng.standard_normal((n, n), np.float32), dtype))
     b = place(tf.cast(rng.standard_normal((n, n), np.float32), dtype))
     itemsize = tf.as_dtype(dtype).size
-    count = STREAM_BYTES.get(kind, STREAM_BYTES["cpu"]) // itemsize
+    count = CALIBRATION_STREAM_BYTES.get(kind, CALIBRATION_STREAM_BYTES["cpu"]) // itemsize
     x = place(tf.ones((count,), dtype))
     return [
         CalibrationProgram("matmul", dtype, compile_blocked(lambda p, q: tf.matmul(p, q), [a, b], False),
