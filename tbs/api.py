@@ -16,7 +16,6 @@ import signal
 import tempfile
 import threading
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -27,10 +26,12 @@ from tbs.backends.base import Device
 from tbs.backends.host import now_iso
 from tbs.cost.prices import load_price_file
 from tbs.cost.reprice import reprice
-from tbs.errors import ProfileError, TbsError, TbsWarning
+from tbs.errors import ProfileError, StorageError, TbsError
+from tbs.errors import warn as _warn
 from tbs.measure.timing import Interrupted, TimingConfig
 from tbs.place.recommend import Recommendation
 from tbs.profiles.merge import merge_each_mode, merge_profiles
+from tbs.profiles.files import write_text_atomic
 from tbs.profiles.profile import Profile, load_profile
 from tbs.profiles.store import ProfileStore, finalize
 from tbs.progress import reporter
@@ -43,10 +44,6 @@ __all__ = ["profile", "load", "recommend", "verify", "render", "devices", "predi
            "placement_for_report"]
 
 PathLike = str | os.PathLike
-
-
-def _warn(message: str) -> None:
-    warnings.warn(message, TbsWarning, stacklevel=checks.caller_stacklevel())
 
 
 def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Sequence[str] | None = None,
@@ -75,19 +72,23 @@ def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Seque
     """
     if out is not None and not checks.is_path(out):
         raise TbsError(f"out={out!r}: give a directory path, or None for a temporary directory")
+    if backend is not None:
+        backends.check(checks.text("backend", backend, "jax"))
     checked = dict(
         batch_sizes=checks.batch_sizes(batch_sizes), device_tokens=checks.device_tokens(devices),
-        prices=checks.prices(prices), training=checks.flag("training", training), backend=backend, input=input,
-        custom_objects=checks.custom_objects(custom_objects), timing=checks.timing(timing), xla=checks.flag("xla", xla),
-        seed=checks.whole("seed", seed), safe_mode=checks.flag("safe_mode", safe_mode),
-        capacity=checks.flag("capacity", capacity), analysis=checks.flag("analysis", analysis),
-        **checks.training_options(training, loss, optimizer, samples))
+        prices=checks.prices(prices), training=checks.flag("training", training), backend=backend,
+        input=checks.input_data(input), custom_objects=checks.custom_objects(custom_objects),
+        timing=checks.timing(timing), xla=checks.flag("xla", xla), seed=checks.whole("seed", seed),
+        safe_mode=checks.flag("safe_mode", safe_mode), capacity=checks.flag("capacity", capacity),
+        analysis=checks.flag("analysis", analysis), **checks.training_options(training, loss, optimizer, samples))
+    model, progress, report = checks.model_or_path(model), reporter(progress), checks.flag("report", report)
+    resume = checks.flag("resume", resume)
     if cluster is not None:
-        return _profile_cluster(cluster, model, out, checked, report, reporter(progress), checks.flag("resume", resume))
-    if checks.flag("resume", resume) and out is None:
+        return _profile_cluster(checks.text("cluster", cluster, "auto"), model, out, checked, report, progress, resume)
+    if resume and out is None:
         raise TbsError("resume=True needs the unfinished profile's directory: pass out=p.directory (or the out= you used)")
     options = RunOptions(model=model, out=Path(out) if out is not None else None, resume=resume, **checked)
-    run = Run(options, reporter(progress), warn=_warn)
+    run = Run(options, progress, warn=_warn)
     store = ProfileStore(options.out) if options.out is not None else None
     if store is not None:
         store.lock()  # before the slow part: a directory being measured is refused at once
@@ -127,11 +128,13 @@ def _profile_cluster(cluster: str, model: Any, out: PathLike | None, options: di
 
 
 def _write_report(result: Profile, directory: Path) -> None:
-    """The profile's report.html; a report that cannot be made (memory) is a warning, not a lost profile."""
+    """The profile's report.html; a report that cannot be made (memory, disk) is a warning, not a lost profile."""
     try:
         page = render(result, "html", recommendation=placement_for_report(result))
-        (directory / "report.html").write_text(page, encoding="utf-8")
-    except (MemoryError, OSError) as exc:
+        write_text_atomic(directory / "report.html", page, f"tbs report {directory} -o DIR/report.html makes it elsewhere")
+    except StorageError as exc:
+        _warn(f"report.html was not written: {exc}; the profile is complete")
+    except MemoryError as exc:
         _warn(f"report.html was not written ({type(exc).__name__}: {exc}); the profile is complete: "
               f"tbs report {directory} -o report.html makes it")
 
@@ -149,6 +152,10 @@ def _measure(run: Run, store: ProfileStore) -> bool:
     started = time.perf_counter()
     try:
         run.measure(store, should_stop=lambda: stop["requested"])
+    except StorageError as exc:  # a full or read-only disk: what was written stays, --resume finishes it
+        run.reporter.finish()
+        store.mark_interrupted(str(exc))
+        raise
     except TbsError as exc:  # e.g. the forward pass fails on the data: nothing to resume
         run.reporter.finish()
         store.update_metadata(status=ProfileStatus.FAILED.value, error=str(exc))
@@ -209,6 +216,7 @@ def _read(directories: tuple[PathLike, ...]) -> list[Profile]:
         raise TbsError("give at least one profile directory, e.g. tbs report profiles/cnn_flowers")
     loaded = []
     for directory in directories:
+        checks.path("directories", directory, "a profile directory", optional=False)
         if not Path(directory).is_dir():
             raise ProfileError(f"profile directory '{directory}' does not exist; run tbs profile first")
         loaded.append(load_profile(Path(directory)))
@@ -216,6 +224,7 @@ def _read(directories: tuple[PathLike, ...]) -> list[Profile]:
 
 
 def _priced(result: Profile, prices: Any, spot: Any, price_file: PathLike | None) -> Profile:
+    price_file = checks.path("price_file", price_file, "a CSV or YAML price list")
     table, sources = load_price_file(str(price_file)) if price_file is not None else ({}, {})
     table.update(checks.prices(prices))
     discounts = checks.spot(spot)
@@ -225,11 +234,11 @@ def _priced(result: Profile, prices: Any, spot: Any, price_file: PathLike | None
     return result
 
 
-def _as_profile(profile: Any) -> Profile:
+def _as_profile(profile: Any, name: str = "profile") -> Profile:
     if isinstance(profile, Profile):
         return profile
     if not checks.is_path(profile):
-        raise TbsError(f"profile: {type(profile).__name__} is neither a tbs.Profile nor a profile directory")
+        raise TbsError(f"{name}: {type(profile).__name__} is neither a tbs.Profile nor a profile directory")
     return load(profile)
 
 
@@ -244,7 +253,10 @@ def predict(profile: Profile | PathLike, devices: str | Sequence[str], *, source
     """
     from tbs.predictions import predict as _predict
 
-    result = _predict(_as_profile(profile), devices, source, None if catalog is None else str(catalog))
+    targets = checks.names("devices", devices, "['l4', 'h100']")
+    source = checks.text("source", source, "cpu:0")
+    catalog = checks.path("catalog", catalog, "a device catalog CSV")
+    result = _predict(_as_profile(profile), targets, source, None if catalog is None else str(catalog))
     priced = reprice(result, checks.prices(prices), {})  # the catalog's prices, or those given, to dollars
     # Only the predicted rows are priced here: the measured ones keep their prices (and any spot discount).
     metadata = dict(result.metadata, prices_usd_per_hour=priced.metadata["prices_usd_per_hour"])
@@ -274,15 +286,18 @@ def recommend(profile: Profile | PathLike, objective: str = "cost", *, batch_siz
     batch = None if batch_size is None else checks.whole("batch_size", batch_size, 1, " (--batch)")
     latency = checks.positive("max_latency_ms", max_latency_ms, "--max-latency")
     budget = checks.positive("budget_usd_per_1m", budget_usd_per_1m, "--budget")
+    _replay_arguments(custom_objects, safe_mode, model, input)  # checked now, even where verify=False
+    new_prices, discounts = checks.prices(prices), checks.spot(spot)
+    verify, include_predicted = checks.flag("verify", verify), checks.flag("include_predicted", include_predicted)
     chosen = _as_profile(profile)
     if prices is not None or spot is not None:
-        chosen = reprice(chosen, checks.prices(prices), checks.spot(spot))
+        chosen = reprice(chosen, new_prices, discounts)
     note = ignored_note(chosen)
-    if checks.flag("include_predicted", include_predicted):
+    if include_predicted:
         chosen, note = with_predictions(chosen)
     rec = solve(chosen, objective, batch, billing, latency, budget)
     rec.predicted_note = note
-    if checks.flag("verify", verify):
+    if verify:
         if include_predicted and note:
             raise TbsError("verify: predicted devices cannot be run here; verify without include_predicted")
         _verify(chosen, rec, custom_objects, safe_mode, model, input)
@@ -301,14 +316,22 @@ def verify(profile: Profile | PathLike, recommendation: Recommendation, *, custo
     return _verify(profile, recommendation, custom_objects, safe_mode, model, input)
 
 
+def _replay_arguments(custom_objects: Any, safe_mode: Any, model: Any, arrays: Any) -> tuple[Any, bool]:
+    """What a replay of the model needs, checked: (custom objects, safe mode)."""
+    if model is not None:
+        checks.model_or_path(model)
+    checks.input_data(arrays)
+    return checks.custom_objects(custom_objects), checks.flag("safe_mode", safe_mode)
+
+
 def _verify(profile: Any, recommendation: Any, custom_objects: Any, safe_mode: Any, model: Any,
             arrays: Any) -> Verification:
     if not isinstance(recommendation, Recommendation):
         raise TbsError(f"recommendation: give the tbs.Recommendation that tbs.recommend returned, "
                        f"not {type(recommendation).__name__}")
-    result = verify_recommendation(_as_profile(profile), recommendation,
-                                   custom_object_dict(checks.custom_objects(custom_objects)),
-                                   checks.flag("safe_mode", safe_mode), model=model, arrays=arrays)
+    custom_objects, safe_mode = _replay_arguments(custom_objects, safe_mode, model, arrays)
+    result = verify_recommendation(_as_profile(profile), recommendation, custom_object_dict(custom_objects),
+                                   safe_mode, model=model, arrays=arrays)
     recommendation.verification = result
     return result
 
@@ -339,13 +362,15 @@ def render(profile: Profile | PathLike | None, fmt: str = "text", *, recommendat
     ``compare`` is a profile of the same model in the other mode (inference against training):
     both are shown, with the layers whose cheapest device differs between them.
     """
+    if not isinstance(fmt, str):
+        raise TbsError(f"fmt={fmt!r}: give a format name: text, html, json or csv")
     for name, value in (("recommendation", recommendation), ("compare_recommendation", compare_recommendation)):
         if value is not None and not isinstance(value, (Recommendation, str)):
             raise TbsError(f"{name}: give a tbs.Recommendation (from tbs.recommend), not {type(value).__name__}")
     if samples is not None:
         samples = checks.whole("samples", samples, 1, " (--samples)")
     return _render(None if profile is None else _as_profile(profile), fmt, recommendation, samples,
-                   compare=None if compare is None else _as_profile(compare),
+                   compare=None if compare is None else _as_profile(compare, "compare"),
                    compare_recommendation=compare_recommendation)
 
 
@@ -354,7 +379,7 @@ def devices(backend: str | Sequence[str] | None = None) -> pd.DataFrame:
 
     Columns: backend, device, kind, description, memory_bytes, available, reason.
     """
-    names = [backend] if isinstance(backend, str) else list(backend or backends.BACKENDS)
+    names = backends.BACKENDS if backend is None else checks.names("backend", backend, "'jax'")
     for name in names:
         backends.check(name)
     backends.prepare_discovery()
@@ -380,7 +405,7 @@ def cluster_groups(address: str) -> list[Any]:
     """A Ray cluster's alive nodes grouped by what they offer (``tbs devices --cluster``); needs tbs[ray]."""
     from tbs.cluster.discovery import connect, node_groups
 
-    return node_groups(connect(address))
+    return node_groups(connect(checks.text("address", address, "auto", optional=False)))
 
 
 def _device_row(backend: str, device: Device) -> dict[str, Any]:

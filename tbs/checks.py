@@ -7,7 +7,6 @@ with messages that name the argument (and the flag it matches).
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -98,6 +97,51 @@ def is_path(value: Any) -> bool:
     return isinstance(value, (str, os.PathLike))
 
 
+def path(name: str, value: Any, what: str, optional: bool = True) -> Path | None:
+    """A file or directory path (None where optional)."""
+    if value is None and optional:
+        return None
+    if not is_path(value) or not str(value).strip():
+        raise TbsError(f"{name}={value!r}: give {what} as a path (a str or pathlib.Path)")
+    return Path(value)
+
+
+def text(name: str, value: Any, example: str, optional: bool = True) -> str | None:
+    """A non-blank string (None where optional)."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise TbsError(f"{name}={value!r}: give text, e.g. {name}={example!r}")
+    return value
+
+
+def names(name: str, value: Any, example: str) -> list[str]:
+    """Names as one comma-separated string or a list of strings ('l4,h100' or ['l4', 'h100'])."""
+    items = value.split(",") if isinstance(value, str) else value
+    if isinstance(items, (bytes, Mapping)) or not isinstance(items, Iterable) or \
+            not all(isinstance(i, str) for i in items):
+        raise TbsError(f"{name}={value!r}: give names as text or a list of text, e.g. {name}={example}")
+    chosen = [i.strip() for i in items if i.strip()]
+    if not chosen:
+        raise TbsError(f"{name}={value!r}: no name given, e.g. {name}={example}")
+    return chosen
+
+
+def input_data(value: Any, name: str = "input") -> Any:
+    """None, a data file, or arrays: one array, a list or tuple of them, or a dict by input name."""
+    if value is None or is_path(value) or isinstance(value, (np.ndarray, list, tuple, Mapping)) or \
+            (hasattr(value, "shape") and hasattr(value, "dtype")):
+        return value
+    raise TbsError(f"{name}={value!r}: give a .npy/.npz/.pkl file or arrays (one array, a list, or a dict by input name)")
+
+
+def model_or_path(value: Any, name: str = "model") -> Any:
+    """A model file path or an in-memory keras.Model (anything else is refused before a framework loads)."""
+    if value is None or (not is_path(value) and not hasattr(value, "count_params")):
+        raise TbsError(f"{name}: {type(value).__name__} is neither a model file path nor a keras.Model")
+    return value
+
+
 def custom_objects(value: Any) -> Any:
     """None, a dict of classes, or .py files (one path or several)."""
     if value is None or isinstance(value, Mapping):
@@ -106,15 +150,6 @@ def custom_objects(value: Any) -> Any:
     if isinstance(paths, (bytes, str)) or not isinstance(paths, Iterable) or not all(is_path(p) for p in paths):
         raise TbsError(f"custom_objects={value!r}: give .py files defining your layers, or a dict of classes by name")
     return [Path(p) for p in paths]
-
-
-def caller_stacklevel() -> int:
-    """The stacklevel that points a warning at the first frame outside the tbs package."""
-    package = str(Path(__file__).resolve().parent) + os.sep
-    frame, level = sys._getframe(1), 1
-    while frame is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(package):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def training_options(training: bool, loss: Any, optimizer: Any, samples: Any) -> dict[str, Any]:

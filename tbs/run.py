@@ -30,7 +30,7 @@ from tbs.measure import neighbours
 from tbs.measure.profiler import Profiler
 from tbs.measure.request import ProfileRequest
 from tbs.measure.timing import TimingConfig
-from tbs.profiles.store import ProfileStore
+from tbs.profiles.store import UNREADABLE, ProfileStore
 from tbs.progress import Reporter
 from tbs.schema import ARRAYS_INPUT, FORMAT_VERSION, SYNTHETIC_INPUT, ProfileStatus
 
@@ -71,8 +71,6 @@ def _precheck(options: RunOptions) -> None:
     """File problems that need no framework: report them before the slow import."""
     if is_path(options.model):
         check_model_file(Path(options.model))
-    elif not hasattr(options.model, "count_params"):
-        raise TbsError(f"model: {type(options.model).__name__} is neither a model file path nor a keras.Model")
     if options.custom_objects is not None and not isinstance(options.custom_objects, Mapping):
         for path in options.custom_objects:
             if not Path(path).is_file():
@@ -188,10 +186,21 @@ class Run:
         }
 
     def start(self, store: ProfileStore) -> None:
-        """A new profile in the store, or the unfinished one reopened with --resume."""
+        """A new profile in the store, or the unfinished one reopened with --resume.
+
+        Measured rows are never deleted: a damaged or lost metadata.json is rebuilt (with
+        --resume) or refused, and a finished profile in the way is moved aside.
+        """
         existing = store.existing_status()
         metadata = self.metadata()
         unfinished = (ProfileStatus.RUNNING, ProfileStatus.INTERRUPTED)
+        if existing == UNREADABLE:
+            if not self.options.resume:
+                raise TbsError(f"'{store.directory}' holds measured rows but its metadata.json is damaged or missing; "
+                               f"add --resume to rebuild it from the rows and finish the profile, or use --out DIR "
+                               f"for a new one")
+            self.warn(store.rebuild(metadata))
+            existing = ProfileStatus.RUNNING.value
         if self.options.resume and existing in unfinished + (ProfileStatus.COMPLETE,):
             finished = store.resume(metadata)
             self.reporter.note(f"tbs: resuming {store.directory} ({finished} cells already measured)")
@@ -202,6 +211,9 @@ class Run:
             if self.options.resume:
                 self.warn(f"nothing to resume in {store.directory}; starting a new profile")
             store.create(metadata)
+            if store.set_aside_to is not None:
+                self.warn(f"the profile already in {store.directory} was moved to {store.set_aside_to} "
+                          f"(nothing measured is deleted)")
         self.registration = neighbours.register(str(store.directory), self.warn)
 
     def measure(self, store: ProfileStore, should_stop: Callable[[], bool]) -> None:

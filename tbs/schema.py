@@ -146,6 +146,33 @@ SAMPLE_COLUMNS = [
     "harness_call_s", "harness_iteration_s", "seconds_per_call", "host", "phase",
 ]
 
+# What every column may hold. A profile read from disk is checked against this (tbs.profiles.csvfiles):
+# a value of the wrong kind, an impossible time or an unknown status is a damaged row, refused with its
+# file and line, never drawn or summed. A column name means the same in every file.
+TEXT, COUNT, SECONDS, AMOUNT = "text", "count", "seconds", "amount"  # count: a whole number >= 0; amount: >= 0
+_SECONDS = ["median_s", "p25_s", "p75_s", "ci_low_s", "ci_high_s", "per_sample_s", "first_call_s", *PHASE_COLUMNS,
+            "layers_sum_s", "layers_sum_per_sample_s", "dispatch_overhead_s", "input_copy_s", "raw_seconds",
+            "harness_call_s", "harness_iteration_s", "seconds_per_call", "seconds", "low_s", "high_s", "roofline_s"]
+_COUNTS = ["batch_size", "n", "iterations", "sample", "layers_measured"]
+_AMOUNTS = ["usd_per_hour", "cost_per_sample_usd", *TRAINING_MEMORY_COLUMNS, "activation_bytes", "input_bytes",
+            "bytes", *[c for c in COST_COLUMNS if c != "cost_source"], "argument_bytes", "output_bytes",
+            "memory_bytes", "peak_bytes", *[c for c in ROOFLINE_COLUMNS if c not in ("bound", "roofline_s")]]
+COLUMN_KINDS: dict[str, str] = {**{c: SECONDS for c in _SECONDS}, **{c: COUNT for c in _COUNTS},
+                                **{c: AMOUNT for c in _AMOUNTS}}
+# Columns whose text must be one of a few words.
+COLUMN_VALUES: dict[str, tuple[str, ...]] = {
+    "status": tuple(s.value for s in Status), "mode": ("inference", "training"), "target": ("layer", "model"),
+    "phase": tuple(p.value for p in Phase), "bound": ("compute", "memory", "overhead"), "source": (PREDICTED,),
+}
+# Per file, the columns a row cannot do without (what names its cell).
+REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "summary": ("layer", "device", "batch_size", "mode", "status"),
+    "model": ("device", "batch_size", "mode", "status"),
+    "samples": ("target", "layer", "device", "batch_size", "mode", "iterations", "raw_seconds"),
+    "transfers": ("src", "dst", "bytes", "seconds"),
+    "analysis": ("target", "layer", "device", "batch_size", "mode"),
+    "predictions": ("layer", "device", "batch_size", "mode", "source"),
+}
 # Settings that change what a number means: a resumed profile must match them. (Merging
 # profiles from several machines checks the mode and, on one backend, XLA: profiles/merge.py.)
 MEASUREMENT_SETTINGS = ("mode", "xla", "input_source", "prices_usd_per_hour", "timing", "backend", "training")
@@ -206,3 +233,4 @@ class ProfileMetadata(TypedDict, total=False):
     merged_from: list[str]
     calibration: dict[str, dict[str, Any]]  # device -> achievable FLOP/s per dtype, bandwidth, how measured
     capacity: dict[str, dict[str, Any]]  # device -> memory fit per batch, largest batch that fits, its check
+    rebuilt: str  # metadata.json was damaged or lost and rebuilt from the rows and a --resume's options

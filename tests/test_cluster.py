@@ -84,6 +84,49 @@ def test_without_ray_the_option_says_how_to_install_it(monkeypatch):
     assert done.exit_code == 2 and "pip install 'tbs[ray]'" in done.output and "Traceback" not in done.output
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("command", [["devices"], ["profile", "m.pkl"]])
+def test_an_address_where_nothing_listens_is_one_line_at_once_without_rays_log(command, tmp_path):
+    """A real process (this one holds the test cluster): no 14 minutes of retries, no gcs_client lines."""
+    import subprocess
+    import sys
+
+    model = tmp_path / "m.pkl"
+    model.write_bytes(b"not checked before the address")
+    args = [a if a != "m.pkl" else str(model) for a in command]
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "tbs", *args, "--cluster", "127.0.0.1:%d" % _free_port()],
+                          capture_output=True, text=True, timeout=120)
+    assert time.perf_counter() - started < 30
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "cannot connect to a Ray cluster there (nothing listens there)" in done.stderr
+    assert "gcs_client" not in done.stderr and "rpc_client" not in done.stderr
+
+
+def test_an_address_that_listens_but_is_not_ray_gives_up_at_the_connect_timeout(monkeypatch):
+    import socket
+
+    from tbs.cluster import discovery
+
+    monkeypatch.setattr(discovery, "CONNECT_TIMEOUT_S", 3.0)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        address = "127.0.0.1:%d" % server.getsockname()[1]
+        discovery._reachable(address, "127.0.0.1", server.getsockname()[1])  # something listens: passes
+        started = time.perf_counter()
+        with pytest.raises(tbs.TbsError, match="did not answer as a Ray cluster within 3 s"):
+            discovery._probe(address)
+    assert time.perf_counter() - started < 10
+
+
 def test_a_profile_across_the_cluster_holds_each_groups_devices_and_resumes(cluster, model_file, tmp_path):
     np.save(tmp_path / "x.npy", np.random.default_rng(0).random((4, 8), dtype=np.float32))  # it travels too
     seen: list[tuple[str, float | None]] = []

@@ -129,3 +129,38 @@ def test_a_split_is_a_win_only_when_it_measures_better():
     assert verdict(v(split, 1.0, 0.05), v(single, 1.5, 0.05)).startswith("measured win")
     assert verdict(v(split, 1.0, 0.3), v(single, 1.2, 0.3)).startswith("no measured win: the split and")
     assert verdict(v(split, 2.0, 0.1), v(single, 1.0, 0.1)).startswith("no measured win: the best single")
+
+
+def _fail(directory, layer, device, status="error", median=None):
+    summary = pd.read_csv(directory / "summary.csv")
+    where = (summary["layer"] == layer) & (summary["device"] == device)
+    summary.loc[where, ["status", "reason", "median_s"]] = [status, "ValueError: no kernel", median]
+    summary.to_csv(directory / "summary.csv", index=False)
+
+
+def test_a_layer_that_ran_nowhere_is_one_line_naming_it_not_an_infinite_placement(tmp_path):
+    profile = fake_profile(tmp_path, prices={"cpu": 1.0, "gpu": 3.0})
+    for device in ("cpu:0", "gpu:0"):
+        _fail(profile.directory, "conv", device)
+    for objective in ("time", "cost"):
+        done = CliRunner().invoke(cli, ["recommend", str(profile.directory), "--objective", objective])
+        assert done.exit_code == 2 and done.stdout == "" and "inf" not in done.stderr
+        assert done.stderr.count("\n") == 1
+        assert "layer 'conv' cannot be placed at batch 8: no profiled device ran it (cpu:0: error: ValueError: " \
+               "no kernel; gpu:0: error: ValueError: no kernel)" in done.stderr
+
+
+def test_a_layer_that_runs_only_on_an_unpriced_device_says_so_not_relax_a_cap(tmp_path):
+    profile = fake_profile(tmp_path, prices={"cpu": 1.0})
+    _fail(profile.directory, "conv", "cpu:0", status="oom")
+    done = CliRunner().invoke(cli, ["recommend", str(profile.directory)])
+    assert done.exit_code == 2 and "relax" not in done.stderr
+    assert "layer 'conv' runs only on gpu:0, which has no price: give one with --cost" in done.stderr
+    timed = CliRunner().invoke(cli, ["recommend", str(profile.directory), "--objective", "time"])
+    assert timed.exit_code == 0 and "conv  gpu:0" in timed.stdout
+
+
+def test_relax_the_cap_is_said_only_when_a_cap_was_given(tmp_path):
+    profile = fake_profile(tmp_path, prices={"cpu": 1.0, "gpu": 3.0})
+    capped = CliRunner().invoke(cli, ["recommend", str(profile.directory), "--max-latency", "0.001"])
+    assert capped.exit_code == 2 and "relax --max-latency or --budget" in capped.stderr

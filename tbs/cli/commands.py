@@ -19,7 +19,8 @@ from tbs.backends import DEFAULT as DEFAULT_BACKEND
 from tbs.backends.base import parse_device_tokens
 from tbs.cli.options import EXIT_INTERRUPTED, BatchSizes, Parsed, TbsGroup
 from tbs.cost.prices import parse_prices, parse_spot
-from tbs.errors import TbsError
+from tbs.errors import StorageError, TbsError
+from tbs.profiles.files import write_text_atomic
 from tbs.measure.timing import TimingConfig
 from tbs.progress import TerminalProgress
 from tbs.report.console import verification_text
@@ -135,9 +136,9 @@ def report(directories: tuple[Path, ...], prices: dict[str, float] | None, spot:
                       compare_recommendation=None if other is None else api.placement_for_report(other))
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(page, encoding="utf-8")
     except OSError as exc:
-        raise TbsError(f"cannot write report '{output}' ({exc.strerror}); choose another -o") from None
+        raise StorageError(output.parent, exc, "choose another -o") from None
+    write_text_atomic(output, page, "choose another -o")
     click.echo(f"Report written to {output}")
 
 

@@ -26,20 +26,82 @@ def ray_module() -> Any:
     return ray
 
 
+# How long joining a cluster may take before tbs gives up with one line (Ray's own client retries
+# an address where nothing answers for about 14 minutes, printing its native log all the while).
+CONNECT_TIMEOUT_S = 25.0
+TCP_TIMEOUT_S = 5.0
+
+
 def connect(address: str) -> Any:
-    """Join the cluster at ``address`` ('auto', 'ray://host:port' or 'host:port'); one line when it cannot."""
+    """Join the cluster at ``address`` ('auto', 'ray://host:port' or 'host:port'); one line when it cannot.
+
+    An address where nothing listens is refused at once; anything else must answer as a Ray
+    cluster within ``CONNECT_TIMEOUT_S``, tried first in a child process whose output (Ray's
+    native log lines) is kept off the terminal.
+    """
     ray = ray_module()
     if not address or not address.strip():
         raise TbsError("--cluster: give an address: auto for the current Ray cluster, or ray://HOST:PORT")
     if ray.is_initialized():
         return ray
+    address = address.strip()
+    endpoint = _endpoint(address)
+    if endpoint is not None:
+        _reachable(address, *endpoint)
+    _probe(address)
     try:
-        ray.init(address=address.strip(), include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     except (ConnectionError, RuntimeError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise TbsError(f"--cluster {address}: cannot connect to a Ray cluster there ({first}); start one with "
-                       f"'ray start --head' or check the address") from None
+        raise _unreachable(address, _first_line(str(exc)) or type(exc).__name__) from None
     return ray
+
+
+def _unreachable(address: str, why: str) -> TbsError:
+    return TbsError(f"--cluster {address}: cannot connect to a Ray cluster there ({why}); start one with "
+                    f"'ray start --head' or check the address")
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0][:200] if lines else ""
+
+
+def _endpoint(address: str) -> tuple[str, int] | None:
+    """(host, port) of an explicit address; None for 'auto' (Ray finds it) or a form tbs does not parse."""
+    rest = address.split("://", 1)[1] if "://" in address else address
+    host, _, port = rest.rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def _reachable(address: str, host: str, port: int) -> None:
+    """Something must listen at host:port: a refused or silent address is one line at once, not minutes of retries."""
+    import socket
+
+    try:
+        socket.create_connection((host, port), timeout=TCP_TIMEOUT_S).close()
+    except OSError as exc:
+        why = "nothing listens there" if isinstance(exc, ConnectionRefusedError) else (
+            f"no answer within {TCP_TIMEOUT_S:g} s" if isinstance(exc, TimeoutError) else exc.strerror or str(exc))
+        raise _unreachable(address, why) from None
+
+
+def _probe(address: str) -> None:
+    """Join and leave the cluster in a child process, bounded by CONNECT_TIMEOUT_S, its output captured."""
+    import subprocess
+    import sys
+
+    code = ("import ray; ray.init(address=%r, include_dashboard=False, log_to_driver=False, logging_level='ERROR'); "
+            "ray.shutdown()" % address)
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=CONNECT_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise _unreachable(address, f"it did not answer as a Ray cluster within {CONNECT_TIMEOUT_S:g} s") from None
+    if done.returncode != 0:
+        errors = [line for line in done.stderr.splitlines() if "Error" in line and not line.startswith(" ")]
+        raise _unreachable(address, _first_line(errors[-1] if errors else done.stderr) or f"exit {done.returncode}")
 
 
 @dataclass

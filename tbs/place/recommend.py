@@ -49,6 +49,8 @@ class Inputs:
     fits: dict[str, TransferFit]
     mode: str = "inference"
     memory: MemoryLimits | None = None  # device memory as a hard limit (None: no sizes known)
+    # Why a (layer, device) cannot be placed, where it cannot: what the user is told when nothing fits.
+    why_not: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def transfer_seconds(self, src: str, dst: str, nbytes: int) -> float:
         if src == dst:
@@ -82,9 +84,15 @@ def gather(profile: Profile, batch_size: int | None) -> Inputs:
         layers.append(LOSS_LAYER)  # the loss is placed like a layer
     devices = sorted(rows["device"].unique())
     seconds = {(l, d): INFEASIBLE for l in layers for d in devices}
+    why_not = {(l, d): "not measured" for l in layers for d in devices}
     for _, r in rows.iterrows():
         usable = r["status"] in MEASURED and is_number(r["median_s"])
         seconds[(r["layer"], r["device"])] = float(r["median_s"]) if usable else INFEASIBLE
+        if usable:
+            why_not.pop((r["layer"], r["device"]), None)
+        else:
+            reason = r["reason"] if isinstance(r["reason"], str) and r["reason"] else "no time"
+            why_not[(r["layer"], r["device"])] = f"{r['status']}: {reason}"
     kinds = dict(zip(rows["device"], rows["device_kind"]))
     prices = profile.metadata.get("prices_usd_per_hour") or {}
     usd = {d: (float(p) if is_number(p) else None) for d, p in
@@ -101,7 +109,21 @@ def gather(profile: Profile, batch_size: int | None) -> Inputs:
         for d in devices:
             if not memory.fits_alone(l, d):  # its weights and activations alone exceed the device
                 seconds[(l, d)] = INFEASIBLE
-    return Inputs(batch, layers, devices, host, seconds, usd, tensors, fits, profile.mode, memory)
+                why_not[(l, d)] = "its weights and activations do not fit in the device's memory"
+    return Inputs(batch, layers, devices, host, seconds, usd, tensors, fits, profile.mode, memory, why_not)
+
+
+def check_placeable(inp: Inputs, objective: str) -> None:
+    """Every layer needs a device that can run it (and, to minimise cost, a priced one): else one line naming it."""
+    for layer in inp.layers:
+        runs_on = [d for d in inp.devices if math.isfinite(inp.seconds[(layer, d)])]
+        if not runs_on:
+            why = "; ".join(f"{d}: {inp.why_not.get((layer, d), 'not measured')}" for d in inp.devices)
+            raise TbsError(f"layer '{layer}' cannot be placed at batch {inp.batch_size}: no profiled device ran it "
+                           f"({why}); fix the layer, or profile a device that runs it and recommend again")
+        if objective == "cost" and not any(inp.usd_per_hour.get(d) is not None for d in runs_on):
+            raise TbsError(f"layer '{layer}' runs only on {', '.join(runs_on)}, which has no price: give one with "
+                           f"--cost (e.g. --cost {runs_on[0]}=0.5), or minimise time (--objective time)")
 
 
 def graph_tensors(edges: list[dict[str, Any]], layers: list[str], mode: str = "inference") -> list[Tensor]:
@@ -303,6 +325,7 @@ def recommend(profile: Profile, objective: str = "cost", batch_size: int | None 
     if objective == "cost" and not priced:
         raise TbsError("objective cost needs prices: pass --cost cpu=0.5,gpu=3 (prices={'cpu': 0.5, 'gpu': 3} "
                        "in Python), or minimise time")
+    check_placeable(inp, objective)
     if objective == "cost" and billing == "dedicated":
         solution = _dedicated(inp)
     else:
@@ -315,11 +338,11 @@ def recommend(profile: Profile, objective: str = "cost", batch_size: int | None 
             c = metered_cost_problem(inp)
             constraint = _linear_weights(c, budget_usd_per_1m * inp.batch_size / 1e6)
         solution = solve_milp(problem, constraint) if constraint else solve(problem)
-        if solution.placement and inp.memory is not None and inp.memory.over(solution.placement):
+        memory_bound = bool(solution.placement and inp.memory is not None and inp.memory.over(solution.placement))
+        if memory_bound:
             solution = solve_milp(problem, constraint, inp.memory.constraints(inp.layers, inp.devices))
-        if not solution.placement:
-            raise TbsError("no placement meets the constraint; relax --max-latency or --budget "
-                           "(max_latency_ms, budget_usd_per_1m)")
+        if not solution.placement or not math.isfinite(solution.cost):
+            raise TbsError(_no_placement(inp, constraint is not None, memory_bound))
     chosen = evaluate(inp, "recommended", solution.placement, billing)
     singles = []
     for d in inp.devices:
@@ -336,6 +359,16 @@ def recommend(profile: Profile, objective: str = "cost", batch_size: int | None 
     rec = Recommendation(objective, billing, inp, chosen, solution.method, singles, argmin)
     rec.frontier = frontier(inp, billing) if priced else []
     return rec
+
+
+def _no_placement(inp: Inputs, constrained: bool, memory_bound: bool) -> str:
+    """Why the solver found nothing, though every layer runs somewhere: the cap, memory, or a copy never timed."""
+    if constrained:
+        return "no placement meets the constraint; relax --max-latency or --budget (max_latency_ms, budget_usd_per_1m)"
+    if memory_bound:
+        return f"no placement fits the devices' memory at batch {inp.batch_size}; recommend a smaller batch (--batch)"
+    return ("no placement: the layers run on different devices and the copies between them were never timed; "
+            "profile those devices together in one run (tbs profile --devices ...)")
 
 
 def _linear_weights(problem: Problem, bound: float) -> tuple[dict, dict, float]:

@@ -28,7 +28,8 @@ def choose_source(profile: Profile, target: CatalogDevice, source: str | None) -
             raise TbsError(f"--from: '{source}' was not measured in this profile; choose from {', '.join(profile.devices)}")
         return source
     if not calibrated:
-        raise TbsError("this profile has no device calibration (profiled before tbs 0.4): run tbs profile again to predict from it")
+        raise TbsError("this profile has no device calibration (profiled with --no-analysis, or before tbs 0.4): "
+                       "run tbs profile without --no-analysis to predict from it")
     kinds = {d["name"]: d.get("kind") for d in profile.metadata.get("devices", [])}
     return next((d for d in calibrated if kinds.get(d) == target.kind), None) or \
         next((d for d in calibrated if kinds.get(d) == "cpu"), calibrated[0])

@@ -10,15 +10,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pandas as pd
 
-from tbs.errors import ProfileError
+from tbs.errors import ProfileError, StorageError, warn
+from tbs.profiles.csvfiles import read_table
+from tbs.profiles.files import set_aside, write_csv_atomic, write_json_atomic
 from tbs.profiles.roofline import with_roofline
 from tbs.schema import (ANALYSIS_COLUMNS, DEFAULT_BACKEND, FORMAT_VERSION, MODEL_COLUMNS, PREDICTION_COLUMNS,
                         READABLE_VERSIONS, SAMPLE_COLUMNS, SUMMARY_COLUMNS, TRANSFER_COLUMNS, ProfileMetadata,
@@ -26,35 +26,7 @@ from tbs.schema import (ANALYSIS_COLUMNS, DEFAULT_BACKEND, FORMAT_VERSION, MODEL
 
 FILES = {"summary": SUMMARY_COLUMNS, "model": MODEL_COLUMNS, "samples": SAMPLE_COLUMNS, "transfers": TRANSFER_COLUMNS,
          "analysis": ANALYSIS_COLUMNS, "predictions": PREDICTION_COLUMNS}
-
-
-@contextmanager
-def no_interrupts() -> Iterator[None]:
-    """Hold Ctrl-C until a file write is complete, so no row is ever half-written."""
-    blockable = hasattr(signal, "pthread_sigmask")
-    if blockable:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        if blockable:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
-def write_csv_atomic(frame: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_suffix(".csv.tmp")
-    frame.to_csv(tmp, index=False)
-    with no_interrupts():
-        os.replace(tmp, path)
-
-
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    with no_interrupts():
-        os.replace(tmp, path)
+PROFILE_FILE_NAMES = [*(f"{name}.csv" for name in FILES), "metadata.json"]
 
 
 @dataclass
@@ -112,25 +84,40 @@ class Profile:
         return [str(d["name"]) for d in self.metadata.get("devices", [])]
 
     def save(self, directory: str | os.PathLike[str]) -> Path:
-        """Write this profile as a profile directory (any tbs command can read it back)."""
+        """Write this profile as a profile directory (any tbs command can read it back).
+
+        Another profile already in ``directory`` is moved aside (``DIR.previous-<time>``), never overwritten.
+        """
+        if not isinstance(directory, (str, os.PathLike)) or not str(directory).strip():
+            raise ProfileError(f"directory={directory!r}: give a directory path (a str or pathlib.Path)")
         target = Path(directory)
+        fix = "choose another directory"
         try:
             target.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise ProfileError(f"cannot create profile directory '{target}' ({exc.strerror}); choose another") from None
+            raise StorageError(target, exc, fix) from None
+        if target.resolve() != self.directory.resolve():
+            moved = set_aside(target, [*PROFILE_FILE_NAMES, "report.html"])
+            if moved is not None:
+                warn(f"'{target}' held another profile: it was moved to '{moved}' (nothing measured is deleted)")
         for name, columns in FILES.items():
             frame = getattr(self, name)
-            write_csv_atomic(frame[[c for c in columns if c in frame.columns]], target / f"{name}.csv")
-        write_json_atomic(target / "metadata.json", dict(self.metadata))
+            write_csv_atomic(frame[[c for c in columns if c in frame.columns]], target / f"{name}.csv", fix)
+        write_json_atomic(target / "metadata.json", dict(self.metadata), fix)
         report = self.directory / "report.html"
         if report.is_file() and report.resolve() != (target / "report.html").resolve():
-            shutil.copyfile(report, target / "report.html")
+            try:
+                shutil.copyfile(report, target / "report.html")
+            except OSError as exc:
+                raise StorageError(target / "report.html", exc, fix) from None
         return target
 
     def save_predictions(self) -> Path:
         """Write ``predictions`` (and the metadata saying how they were made) into this profile's directory."""
-        write_csv_atomic(self.predictions[PREDICTION_COLUMNS], self.directory / "predictions.csv")
-        write_json_atomic(self.directory / "metadata.json", dict(self.metadata))
+        fix = (f"copy the profile to a writable directory (cp -r {self.directory} DIR) "
+               f"and predict there")
+        write_csv_atomic(self.predictions[PREDICTION_COLUMNS], self.directory / "predictions.csv", fix)
+        write_json_atomic(self.directory / "metadata.json", dict(self.metadata), fix)
         return self.directory / "predictions.csv"
 
     def __repr__(self) -> str:
@@ -152,19 +139,6 @@ class Profile:
                 f"{escape(self.mode)} on {escape(self.backend)}<br>{table}"
                 f"<small>Per-layer rows: <code>.summary</code>; raw samples: <code>.samples</code>; "
                 f"<code>tbs.render(p, \"html\")</code> for the full report.</small></div>")
-
-
-def _read_csv(path: Path, columns: list[str]) -> pd.DataFrame:
-    if not path.exists() or path.stat().st_size == 0:
-        return pd.DataFrame(columns=columns)
-    try:
-        frame = pd.read_csv(path, keep_default_na=True)
-    except (pd.errors.ParserError, UnicodeDecodeError, OSError) as exc:
-        raise ProfileError(f"'{path}' is damaged ({str(exc).splitlines()[0]}); re-run tbs profile without --resume") from None
-    for column in columns:
-        if column not in frame.columns:
-            frame[column] = None
-    return frame
 
 
 def check_version(metadata: dict[str, Any], where: Path) -> None:
@@ -190,7 +164,7 @@ def load_profile(directory: str | os.PathLike[str]) -> Profile:
     if not isinstance(metadata, dict):
         raise ProfileError(f"'{meta_path}' is not a tbs profile's metadata; re-run tbs profile")
     check_version(metadata, directory)
-    frames = {name: _read_csv(directory / f"{name}.csv", columns) for name, columns in FILES.items()}
+    frames = {name: read_table(directory / f"{name}.csv", name, columns) for name, columns in FILES.items()}
     # A cell interrupted after its analysis was written is measured again on --resume: keep the last.
     frames["analysis"] = frames["analysis"].drop_duplicates(
         subset=["target", "layer", "device", "batch_size", "mode", "phase"], keep="last").reset_index(drop=True)

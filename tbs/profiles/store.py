@@ -25,9 +25,11 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from tbs.errors import ProfileError
-from tbs.profiles.profile import (FILES, Profile, in_layer_order, load_profile, no_interrupts, with_layer_sums,
-                                  write_csv_atomic, write_json_atomic)
+from tbs.errors import ProfileError, StorageError, describe_os_error
+from tbs.profiles.csvfiles import drop_cut_tail
+from tbs.profiles.files import Reserve, append_rows, set_aside, write_csv_atomic, write_json_atomic
+from tbs.profiles.profile import FILES, PROFILE_FILE_NAMES, Profile, in_layer_order, load_profile, with_layer_sums
+from tbs.profiles.rebuild import rebuilt_metadata
 from tbs.schema import FAILED, MEASUREMENT_SETTINGS, MODEL_LAYER, CellKey, ProfileStatus
 
 try:
@@ -36,6 +38,7 @@ except ImportError:  # pragma: no cover - Windows: no flock, so no lock (see the
     _fcntl = None  # type: ignore[assignment]
 
 LOCK_FILE = ".lock"
+UNREADABLE = "unreadable"  # existing_status(): metadata.json damaged or missing while measured rows are there
 
 
 class ProfileStore:
@@ -47,6 +50,11 @@ class ProfileStore:
         self._done: set[CellKey] = set()
         self.resumed_rows: list[tuple[CellKey, dict[str, Any]]] = []  # the finished cells a resume found
         self._lock: Any = None
+        self.reserve = Reserve(self.directory)
+        self.set_aside_to: Path | None = None  # where create() moved an old profile that was in the way
+        # What a failed write tells the user: nothing measured is lost, and how to go on.
+        self.fix = (f"everything measured so far is kept in {self.directory}: make room (or copy it to a "
+                    f"writable disk and use --out there), then run the same command with --resume")
 
     def lock(self) -> None:
         """Hold the directory for this process: a second run measuring into it would skew both.
@@ -58,7 +66,8 @@ class ProfileStore:
             self.directory.mkdir(parents=True, exist_ok=True)
             handle = open(self.directory / LOCK_FILE, "a+")
         except OSError as exc:
-            raise ProfileError(f"cannot create profile directory '{self.directory}' ({exc.strerror}); choose another --out") from None
+            raise ProfileError(f"cannot create profile directory '{self.directory}' ({describe_os_error(exc)}); "
+                               f"choose another --out") from None
         try:
             if _fcntl is not None:
                 _fcntl.flock(handle.fileno(), _fcntl.LOCK_EX | _fcntl.LOCK_NB)
@@ -70,15 +79,22 @@ class ProfileStore:
                 f"'{self.directory}' is being measured by {holder}; wait for it to finish (or stop it), "
                 f"or use --out DIR for another profile"
             ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"tbs process {os.getpid()}")
-        handle.flush()
+        try:  # who holds it, for the message above; a full disk only loses the name
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"tbs process {os.getpid()}")
+            handle.flush()
+        except OSError:
+            pass
         self._lock = handle
 
     def unlock(self) -> None:
+        self.reserve.release()
         if self._lock is not None:
-            self._lock.truncate(0)  # the file stays: removing it would race a process about to lock it
+            try:
+                self._lock.truncate(0)  # the file stays: removing it would race a process about to lock it
+            except OSError:
+                pass
             if _fcntl is not None:
                 _fcntl.flock(self._lock.fileno(), _fcntl.LOCK_UN)
             self._lock.close()
@@ -90,29 +106,60 @@ class ProfileStore:
         return {**{name: d / f"{name}.csv" for name in FILES}, "metadata": d / "metadata.json"}
 
     def existing_status(self) -> str | None:
+        """The status of the profile in the directory; None if there is none, UNREADABLE if its metadata is lost."""
         path = self.paths["metadata"]
         if not path.exists():
-            return None
+            return UNREADABLE if self._has_rows() else None
         try:
-            return json.loads(path.read_text()).get("status", "unknown")
-        except (json.JSONDecodeError, OSError):
-            return "unreadable"
+            status = json.loads(path.read_text())["status"]
+        except (json.JSONDecodeError, OSError, UnicodeDecodeError, KeyError, TypeError):
+            return UNREADABLE
+        return str(status)
+
+    def _has_rows(self) -> bool:
+        return any(self.paths[name].is_file() and self.paths[name].stat().st_size for name in ("summary", "model"))
+
+    def _write_metadata(self) -> None:
+        size = write_json_atomic(self.paths["metadata"], self.metadata, self.fix)
+        self.reserve.hold(size, self.fix)  # room to mark the profile interrupted if the disk fills
 
     def create(self, metadata: dict[str, Any]) -> None:
-        """Start a fresh profile (removing an old one's files)."""
+        """Start a fresh profile; an old profile's files in the directory are moved aside (``set_aside_to``)."""
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise ProfileError(f"cannot create profile directory '{self.directory}' ({exc.strerror}); choose another --out") from None
-        for path in self.paths.values():
+            raise ProfileError(f"cannot create profile directory '{self.directory}' ({describe_os_error(exc)}); "
+                               f"choose another --out") from None
+        if self._has_rows() or (self.paths["samples"].is_file() and self.paths["samples"].stat().st_size):
+            self.set_aside_to = set_aside(self.directory, [*PROFILE_FILE_NAMES, "report.html"])
+        for path in self.paths.values():  # what is left holds no measured row: empty files, a failed run's metadata
             path.unlink(missing_ok=True)
         (self.directory / "report.html").unlink(missing_ok=True)
         self.metadata = dict(metadata, status=ProfileStatus.RUNNING.value)
-        write_json_atomic(self.paths["metadata"], self.metadata)
+        self._write_metadata()
+
+    def rebuild(self, metadata: dict[str, Any]) -> str:
+        """metadata.json is damaged or missing, the rows are not: rebuild it from them and this run's options.
+
+        The damaged file is kept beside (``metadata.json.damaged``). Returns what was done, for the user.
+        """
+        new, note = rebuilt_metadata(self.directory, metadata)
+        damaged = self.paths["metadata"]
+        if damaged.exists():
+            keep = damaged.with_name("metadata.json.damaged")
+            n = 1
+            while keep.exists():
+                n += 1
+                keep = damaged.with_name(f"metadata.json.damaged-{n}")
+            os.replace(damaged, keep)
+            note += f"; the damaged file is kept as {keep.name}"
+        self.metadata = dict(new, status=ProfileStatus.RUNNING.value)
+        self._write_metadata()
+        return note
 
     def resume(self, metadata: dict[str, Any]) -> int:
         """Reopen an unfinished profile of the same model; returns the number of finished cells."""
-        old = load_profile(self.directory)
+        old = load_profile(self.directory)  # refuses a damaged row before anything is changed
         old_sha = old.metadata.get("model", {}).get("sha256")
         new_sha = metadata.get("model", {}).get("sha256")
         if old_sha and new_sha and old_sha != new_sha:
@@ -126,14 +173,16 @@ class ProfileStore:
                     f"--resume: {setting} differs from the unfinished profile's ({was}); "
                     f"resume with the same options, or use --out for a new profile"
                 )
+        for name in FILES:  # a row cut by a full disk or a kill: dropped (load_profile warned), then re-measured
+            drop_cut_tail(self.paths[name])
         # Failed cells are tried again: an OOM or error may not recur.
         failed = list(FAILED)
         if len(old.summary) and old.summary["status"].isin(failed).any():
             old.summary = old.summary[~old.summary["status"].isin(failed)]
-            write_csv_atomic(old.summary, self.paths["summary"])
+            write_csv_atomic(old.summary, self.paths["summary"], self.fix)
         if len(old.model) and old.model["status"].isin(failed).any():
             old.model = old.model[~old.model["status"].isin(failed)]
-            write_csv_atomic(old.model, self.paths["model"])
+            write_csv_atomic(old.model, self.paths["model"], self.fix)
         for row in old.summary.to_dict("records"):
             key = CellKey.of("layer", row["layer"], row["device"], row["batch_size"], row["mode"])
             self._done.add(key)
@@ -148,15 +197,18 @@ class ProfileStore:
                 CellKey.of(r.target, r.layer, r.device, r.batch_size, r.mode) in self._done
                 for r in old.samples.itertuples(index=False)
             ]
-            write_csv_atomic(old.samples[keep], self.paths["samples"])
+            write_csv_atomic(old.samples[keep], self.paths["samples"], self.fix)
         merged = dict(old.metadata)
         merged.update({k: v for k, v in metadata.items() if k not in ("layers", "graph")})
-        for key in ("layers", "graph"):
-            merged[key] = old.metadata.get(key) or metadata.get(key)
+        for key in ("layers", "graph"):  # the structure measured first stays (a rebuilt profile captures it anew)
+            structure = old.metadata.get(key) or metadata.get(key)
+            if structure:
+                merged[key] = structure
         merged["resumed"] = int(old.metadata.get("resumed", 0)) + 1
         merged["status"] = ProfileStatus.RUNNING.value
+        merged.pop("error", None)
         self.metadata = merged
-        write_json_atomic(self.paths["metadata"], self.metadata)
+        self._write_metadata()
         return len(self._done)
 
     def is_done(self, key: CellKey) -> bool:
@@ -165,11 +217,8 @@ class ProfileStore:
 
     def _append(self, name: str, rows: Iterable[dict[str, Any]], columns: list[str]) -> None:
         frame = pd.DataFrame(list(rows), columns=columns)
-        if frame.empty:
-            return
-        path = self.paths[name]
-        with no_interrupts():
-            frame.to_csv(path, mode="a", header=not path.exists() or path.stat().st_size == 0, index=False)
+        if not frame.empty:
+            append_rows(frame, self.paths[name], self.fix)
 
     def add_cell(self, key: CellKey, row: dict[str, Any], samples: list[dict[str, Any]],
                  analysis: list[dict[str, Any]] = ()) -> None:
@@ -187,10 +236,24 @@ class ProfileStore:
 
     def update_metadata(self, **values: Any) -> None:
         self.metadata.update(values)
-        write_json_atomic(self.paths["metadata"], self.metadata)
+        self._write_metadata()
 
     def finish(self, status: ProfileStatus | str) -> None:
         self.update_metadata(status=str(status))
+        self.reserve.release()
+
+    def mark_interrupted(self, error: str) -> bool:
+        """After a failed write: give back the reserve, then mark the profile interrupted (False if even that failed).
+
+        A profile left ``running`` resumes all the same (its lock dies with the process).
+        """
+        self.reserve.release()
+        self.metadata.update(status=ProfileStatus.INTERRUPTED.value, error=error)
+        try:
+            write_json_atomic(self.paths["metadata"], self.metadata, self.fix)
+        except StorageError:
+            return False
+        return True
 
 
 def _describe(setting: str, value: Any) -> str:
@@ -209,10 +272,10 @@ def finalize(store: ProfileStore) -> Profile:
     profile = load_profile(store.directory)
     if not profile.summary.empty:
         profile.summary = in_layer_order(profile.summary, profile.metadata.get("layers", []))
-        write_csv_atomic(profile.summary, store.paths["summary"])
+        write_csv_atomic(profile.summary, store.paths["summary"], store.fix)
     if not profile.model.empty:
         profile.model = with_layer_sums(profile.summary, profile.model)
-        write_csv_atomic(profile.model, store.paths["model"])
+        write_csv_atomic(profile.model, store.paths["model"], store.fix)
     store.finish(ProfileStatus.COMPLETE)
     profile.metadata = dict(store.metadata)
     return profile

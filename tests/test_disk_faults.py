@@ -1,0 +1,158 @@
+"""Real faults, through real processes: a disk that fills mid-run, a read-only mount, a SIGKILL.
+
+The disks are real: a tiny tmpfs and a read-only bind mount, made in a private mount
+namespace (``unshare``; as root, or as a user where user namespaces are allowed), so nothing
+on the machine changes. Each mount lives as long as one shell script, which copies out what
+the assertions read. Skipped where no mount namespace can be made.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import FAST
+
+BATCHES = "1,2,3,4,5,6,7,8,9,10,11,12"
+CELLS = 12 * 3  # batch sizes x layers of the tiny sequential model (dense, dropout, dense_1)
+
+
+def _namespace() -> list[str] | None:
+    """The unshare command that gives a private mount namespace here, or None."""
+    if shutil.which("unshare") is None:
+        return None
+    for command in (["unshare", "--mount"], ["unshare", "--user", "--map-root-user", "--mount"]):
+        try:
+            probe = subprocess.run([*command, "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt 2>/dev/null "
+                                    "|| mount -t tmpfs -o size=64k tmpfs /tmp"], capture_output=True, timeout=20)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if probe.returncode == 0:
+            return command
+    return None
+
+
+NAMESPACE = _namespace()
+needs_mounts = pytest.mark.skipif(NAMESPACE is None, reason="no private mount namespace here (unshare)")
+
+
+def _in_namespace(script: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TBS="{} -m tbs".format(sys.executable))
+    return subprocess.run([*NAMESPACE, "bash", "-c", "set -u\n" + script], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def _tbs(*args) -> list[str]:
+    return [sys.executable, "-m", "tbs", *[str(a) for a in args]]
+
+
+def _one_line(stderr: str) -> str:
+    """The single error line (progress lines and warnings aside); fails on a traceback."""
+    assert "Traceback" not in stderr, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, stderr
+    return errors[0]
+
+
+def _each_cell_once(directory: Path) -> pd.DataFrame:
+    summary = pd.read_csv(directory / "summary.csv")
+    assert not summary.duplicated(["layer", "device", "batch_size"]).any()
+    assert len(summary) == CELLS and set(summary["status"]) <= {"ok", "noisy"}
+    model = pd.read_csv(directory / "model.csv")
+    assert len(model) == 12 and not model.duplicated(["device", "batch_size"]).any()
+    assert json.loads((directory / "metadata.json").read_text())["status"] == "complete"
+    return summary
+
+
+@needs_mounts
+def test_a_disk_that_fills_mid_run_keeps_every_row_and_resume_finishes_on_it_or_on_a_copy(seq_pkl, tmp_path):
+    mnt, out = tmp_path / "disk", tmp_path / "out"
+    mnt.mkdir()
+    out.mkdir()
+    profile = f"$TBS profile {seq_pkl} --out {mnt}/p --batch {BATCHES} {' '.join(FAST)}"
+    done = _in_namespace(f"""
+        mount -t tmpfs -o size=192k tmpfs {mnt}
+        head -c 90000 /dev/zero > {mnt}/filler          # leaves room for part of the profile only
+        {profile} > {out}/run1.out 2> {out}/run1.err; echo $? > {out}/run1.rc
+        cp -r {mnt}/p {out}/copy                         # the interrupted profile, as the full disk left it
+        rm {mnt}/filler                                  # the user makes room
+        {profile} --resume > {out}/run2.out 2> {out}/run2.err; echo $? > {out}/run2.rc
+        cp -r {mnt}/p {out}/after
+    """)
+    assert done.returncode == 0, done.stderr
+    assert (out / "run1.rc").read_text().strip() == "2"
+    line = _one_line((out / "run1.err").read_text())
+    assert "no space left on the device" in line and "--resume" in line
+    meta = json.loads((out / "copy" / "metadata.json").read_text())
+    assert meta["status"] == "interrupted" and "no space left" in meta["error"]
+    kept = pd.read_csv(out / "copy" / "summary.csv")
+    assert 0 < len(kept) < CELLS  # it filled mid-run: some cells measured, not all
+    # On the same disk, with room made: finished, nothing measured twice, nothing lost.
+    assert (out / "run2.rc").read_text().strip() == "0", (out / "run2.err").read_text()
+    after = _each_cell_once(out / "after")
+    same = kept.merge(after, on=["layer", "batch_size"], suffixes=("", "_after"))
+    assert len(same) == len(kept) and (same["median_s"] == same["median_s_after"]).all()  # kept, not re-measured
+    # Or on a copy on another disk.
+    args = ["profile", seq_pkl, "--out", out / "copy", "--batch", BATCHES, *FAST, "--resume"]
+    resumed = subprocess.run(_tbs(*args), capture_output=True, text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr
+    _each_cell_once(out / "copy")
+
+
+@needs_mounts
+def test_a_read_only_disk_is_one_line_everywhere_tbs_writes(seq_pkl, tmp_path):
+    profile_dir, ro, out = tmp_path / "p", tmp_path / "ro", tmp_path / "out"
+    with_analysis = [a for a in FAST if a != "--no-analysis"]  # predict needs the device's calibration
+    made = subprocess.run(_tbs("profile", seq_pkl, "--out", profile_dir, "--batch", "2", *with_analysis),
+                          capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    ro.mkdir()
+    out.mkdir()
+    commands = {"predict": f"$TBS predict {ro} --device t4", "report": f"$TBS report {ro} -o {ro}/r.html",
+                "profile": f"$TBS profile {seq_pkl} --out {ro}/new --batch 2 {' '.join(FAST)}",
+                "save": f"{sys.executable} -c \"import tbs; tbs.load('{profile_dir}').save('{ro}/saved')\""}
+    runs = "\n".join(f"{cmd} > {out}/{name}.out 2> {out}/{name}.err; echo $? > {out}/{name}.rc"
+                     for name, cmd in commands.items())
+    done = _in_namespace(f"mount --bind {profile_dir} {ro}\nmount -o remount,bind,ro {ro}\n{runs}")
+    assert done.returncode == 0, done.stderr
+    for name in ("predict", "report", "profile"):
+        assert (out / f"{name}.rc").read_text().strip() == "2", (name, (out / f"{name}.err").read_text())
+        assert "read-only file system" in _one_line((out / f"{name}.err").read_text()), name
+    assert "StorageError: cannot write" in (out / "save.err").read_text()  # Python: one TbsError, no OSError
+    assert "OSError" not in (out / "save.err").read_text()
+    assert not list(profile_dir.glob("*.tmp"))
+
+
+def test_sigkill_then_a_row_cut_short_resumes_with_every_cell_once(seq_pkl, tmp_path):
+    """A real SIGKILL mid-run, then the last samples row cut mid-field as a full disk would leave it."""
+    out = tmp_path / "p"
+    args = ["profile", seq_pkl, "--out", out, "--batch", BATCHES, *FAST]
+    proc = subprocess.Popen(_tbs(*args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    summary = out / "summary.csv"
+    deadline = time.time() + 120
+    while time.time() < deadline and (not summary.exists() or len(summary.read_text().splitlines()) < 6):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert json.loads((out / "metadata.json").read_text())["status"] == "running"  # it never got to say more
+    kept = pd.read_csv(summary)
+    samples = out / "samples.csv"
+    text = samples.read_text()
+    samples.write_text(text[:text.rstrip("\n").rfind("\n") + 1] + "layer,o")  # the last row cut short
+    report = subprocess.run(_tbs("report", out), capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0 and "Traceback" not in report.stderr
+    assert "samples.csv' line" in report.stderr and "cut short" in report.stderr
+    resumed = subprocess.run(_tbs(*args, "--resume"), capture_output=True, text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr
+    after = _each_cell_once(out)
+    assert set(zip(kept["layer"], kept["batch_size"])) <= set(zip(after["layer"], after["batch_size"]))
+    assert samples.read_text().endswith("\n") and "layer,o\n" not in samples.read_text()
