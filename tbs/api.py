@@ -52,7 +52,7 @@ def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Seque
             timing: TimingConfig | None = None, xla: bool = False, seed: int = 0, safe_mode: bool = True,
             progress: Any = "auto", report: bool = True, loss: str | None = None, optimizer: str | None = None,
             samples: int | None = None, capacity: bool = False, analysis: bool = True,
-            cluster: str | None = None) -> Profile:
+            cluster: str | None = None, dedupe: bool = True) -> Profile:
     """Time every layer of ``model`` on each device and batch size; returns the Profile.
 
     ``model`` is a .pkl/.pickle/.keras path or an in-memory ``keras.Model`` (copied once
@@ -66,7 +66,9 @@ def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Seque
     batch it allows (``metadata["capacity"]``); ``capacity=True`` then confirms it by real
     calls that double while the measured peak memory allows (they use most of the memory).
     ``analysis=False`` skips the compiler's analysis and the devices' calibration (faster on
-    big models; no roofline, no predictions).
+    big models; no roofline, no predictions). ``dedupe=False`` measures every layer call on its
+    own; by default identical calls (same type, configuration, shapes, device) are measured
+    once and the others share that row (``shared_with`` names it).
     Ctrl-C stops after the current sample and returns what was measured, marked
     ``interrupted`` (``resume=True`` finishes it); a second Ctrl-C stops at once.
     """
@@ -80,7 +82,8 @@ def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Seque
         input=checks.input_data(input), custom_objects=checks.custom_objects(custom_objects),
         timing=checks.timing(timing), xla=checks.flag("xla", xla), seed=checks.whole("seed", seed),
         safe_mode=checks.flag("safe_mode", safe_mode), capacity=checks.flag("capacity", capacity),
-        analysis=checks.flag("analysis", analysis), **checks.training_options(training, loss, optimizer, samples))
+        analysis=checks.flag("analysis", analysis), dedupe=checks.flag("dedupe", dedupe),
+        **checks.training_options(training, loss, optimizer, samples))
     model, progress, report = checks.model_or_path(model), reporter(progress), checks.flag("report", report)
     resume = checks.flag("resume", resume)
     if cluster is not None:

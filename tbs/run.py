@@ -56,6 +56,7 @@ class RunOptions:
     samples: int | None = None  # the dataset's size: the report's cost per epoch
     capacity: bool = False  # search each device's largest batch that fits by real calls (up to its memory)
     analysis: bool = True  # the compiler's FLOPs/bytes/memory per cell and each device's calibrated ceilings
+    dedupe: bool = True  # identical layer calls measured once (the others share its row, named in shared_with)
 
 
 def custom_object_dict(custom_objects: Any) -> dict[str, Any]:
@@ -179,7 +180,7 @@ class Run:
             "devices": [d.as_dict() for d in self.devices], "devices_missing": self.discovery.missing,
             "prices_usd_per_hour": o.prices, "host": host_info(), "versions": env["versions"],
             "settings": env["settings"], "timing": asdict(o.timing), "xla": env["xla"],
-            "command": list(sys.argv), "started": now_iso(), "backend": self.backend,
+            "command": list(sys.argv), "started": now_iso(), "backend": self.backend, "dedupe": o.dedupe,
             **({"samples": o.samples} if o.samples is not None else {}),
             **({"training": dict(self.training.as_dict(o.seed), backward_method=self.devices[0].backward_method)}
                if self.training is not None else {}),
@@ -224,7 +225,7 @@ class Run:
             host=str(store.metadata.get("host", {}).get("hostname", "")), seed=o.seed,
             host_device=next((d for d in self.discovery.devices if d.kind == "cpu"), None),
             price_row=row_pricer(o.prices), training_setup=self.training, capacity=o.capacity,
-            analysis=o.analysis,
+            analysis=o.analysis, dedupe=o.dedupe,
         )
         Profiler(request, store, self.reporter, should_stop=should_stop).run()
 

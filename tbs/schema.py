@@ -22,6 +22,12 @@ Format history (``FORMAT_VERSION``, written to ``metadata.json`` as ``tbs_profil
   (phase's) analysis; ``predictions.csv`` holds cells predicted for devices not measured,
   kept apart from measured ones; metadata ``capacity`` gives each device's largest batch that
   fits. Older versions read unchanged (their analysis columns blank).
+- 5: tbs 0.5 — every CSV value is checked on read (``COLUMN_KINDS``); model.csv gains ``overlapped_s``
+  (the whole model's calls back to back, free to overlap: throughput; samples of phase
+  ``overlapped``); training rows gain ``in_step`` (False: a row the compiled train step never runs,
+  an output activation whose logits the loss reads, shown and never summed) and TensorFlow's
+  backward is timed alone (phase ``backward``, each sample after one forward). Older versions
+  read unchanged.
 """
 
 from __future__ import annotations
@@ -29,8 +35,8 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, NamedTuple, TypedDict
 
-FORMAT_VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+FORMAT_VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 # The Keras backend a profile was measured on when its metadata does not say (profiles before
 # the backend was recorded); ``tbs.backends.DEFAULT`` is this same name.
 DEFAULT_BACKEND = "tensorflow"
@@ -94,6 +100,9 @@ class Phase(str, Enum):
     FORWARD_BACKWARD = "forward+backward"  # TensorFlow: a gradient needs its tape; backward = this - forward
     UPDATE = "update"  # the optimizer's update of one layer's variables
     STEP = "step"  # one whole compiled train step (forward, loss, backward, update)
+    # The whole model's calls back to back, free to overlap (a TensorFlow loop runs up to 10 iterations
+    # at once): throughput of independent calls, not one call's time (model.csv's overlapped_s).
+    OVERLAPPED = "overlapped"
 
     def __str__(self) -> str:
         return self.value
@@ -130,13 +139,13 @@ SUMMARY_COLUMNS = [
     "layer", "layer_type", "category", "device", "device_kind", "batch_size", "mode", "status",
     "reason", "n", "iterations", "median_s", "p25_s", "p75_s", "ci_low_s", "ci_high_s",
     "per_sample_s", "usd_per_hour", "cost_per_sample_usd", "first_call_s", "host",
-    "phases", *PHASE_COLUMNS, *TRAINING_MEMORY_COLUMNS, "grad_inputs", "activation_bytes", *COST_COLUMNS,
-    *ROOFLINE_COLUMNS,
+    "phases", *PHASE_COLUMNS, *TRAINING_MEMORY_COLUMNS, "grad_inputs", "in_step", "shared_with", "activation_bytes",
+    *COST_COLUMNS, *ROOFLINE_COLUMNS,
 ]
 MODEL_COLUMNS = [
     "device", "device_kind", "batch_size", "mode", "status", "reason", "n", "iterations",
     "median_s", "p25_s", "p75_s", "ci_low_s", "ci_high_s", "per_sample_s", "layers_sum_s",
-    "layers_sum_per_sample_s", "layers_measured", "dispatch_overhead_s", "input_copy_s",
+    "layers_sum_per_sample_s", "layers_measured", "overlapped_s", "dispatch_overhead_s", "input_copy_s",
     "input_bytes", "first_call_s", "usd_per_hour", "cost_per_sample_usd", "host", *COST_COLUMNS,
     "argument_bytes", "output_bytes", "memory_bytes", "peak_bytes", *ROOFLINE_COLUMNS,
 ]
@@ -149,16 +158,18 @@ SAMPLE_COLUMNS = [
 # What every column may hold. A profile read from disk is checked against this (tbs.profiles.csvfiles):
 # a value of the wrong kind, an impossible time or an unknown status is a damaged row, refused with its
 # file and line, never drawn or summed. A column name means the same in every file.
-TEXT, COUNT, SECONDS, AMOUNT = "text", "count", "seconds", "amount"  # count: a whole number >= 0; amount: >= 0
+# count: a whole number >= 0; amount: a number >= 0; flag: True or False (blank where it does not apply)
+TEXT, COUNT, SECONDS, AMOUNT, FLAG = "text", "count", "seconds", "amount", "flag"
 _SECONDS = ["median_s", "p25_s", "p75_s", "ci_low_s", "ci_high_s", "per_sample_s", "first_call_s", *PHASE_COLUMNS,
-            "layers_sum_s", "layers_sum_per_sample_s", "dispatch_overhead_s", "input_copy_s", "raw_seconds",
+            "layers_sum_s", "layers_sum_per_sample_s", "overlapped_s", "dispatch_overhead_s", "input_copy_s",
+            "raw_seconds",
             "harness_call_s", "harness_iteration_s", "seconds_per_call", "seconds", "low_s", "high_s", "roofline_s"]
 _COUNTS = ["batch_size", "n", "iterations", "sample", "layers_measured"]
 _AMOUNTS = ["usd_per_hour", "cost_per_sample_usd", *TRAINING_MEMORY_COLUMNS, "activation_bytes", "input_bytes",
             "bytes", *[c for c in COST_COLUMNS if c != "cost_source"], "argument_bytes", "output_bytes",
             "memory_bytes", "peak_bytes", *[c for c in ROOFLINE_COLUMNS if c not in ("bound", "roofline_s")]]
 COLUMN_KINDS: dict[str, str] = {**{c: SECONDS for c in _SECONDS}, **{c: COUNT for c in _COUNTS},
-                                **{c: AMOUNT for c in _AMOUNTS}}
+                                **{c: AMOUNT for c in _AMOUNTS}, "in_step": FLAG}
 # Columns whose text must be one of a few words.
 COLUMN_VALUES: dict[str, tuple[str, ...]] = {
     "status": tuple(s.value for s in Status), "mode": ("inference", "training"), "target": ("layer", "model"),
@@ -191,6 +202,10 @@ class LayerInfo(TypedDict, total=False):
     inactive: bool  # does nothing in the measured mode (Dropout, random augmentation in inference)
     trainable: bool  # has trainable variables (training profiles)
     grad_inputs: list[bool]  # per flat input: does training need its gradient (training profiles)
+    # False: the compiled train step never runs it (an output activation whose logits the loss reads);
+    # its row is shown, never summed. ``part_of``: the layer whose activation it is, timed apart.
+    in_step: bool
+    part_of: str
 
 
 class ProfileMetadata(TypedDict, total=False):

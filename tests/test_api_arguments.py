@@ -35,7 +35,7 @@ TABLE: dict[str, dict[str, list]] = {
         "custom_objects": [5, [5]], "out": [5, ["p"]], "resume": ["yes", 1], "timing": [{"min_samples": 3}, 5],
         "xla": ["yes"], "seed": ["x", 1.5, None], "safe_mode": ["no", None], "progress": [5, "loud"],
         "report": ["x", None], "loss": [5, ["mse"]], "optimizer": [5, {}], "samples": ["x", 0, 2.5],
-        "capacity": ["x"], "analysis": ["x"], "cluster": [5, ["auto"]],
+        "capacity": ["x"], "analysis": ["x"], "cluster": [5, ["auto"]], "dedupe": ["x", None],
     },
     "load": {"directories": [5, None, ["p"]], "prices": [5, ["cpu"]], "spot": [5, ["tpu"]], "price_file": [5, ["f"]]},
     "recommend": {

@@ -332,3 +332,28 @@ def test_a_training_profile_resumes_without_measuring_finished_cells_again(tmp_p
     with pytest.raises(TbsError, match="training"):  # another optimizer changes what the numbers mean
         tbs.profile(model, [4, 16], training=True, optimizer="sgd", timing=FAST_TIMING, progress=None,
                     report=False, out=tmp_path / "p", resume=True)
+
+
+def test_an_output_softmax_the_step_never_runs_is_shown_apart_and_left_out_of_the_sum() -> None:
+    """Keras on TensorFlow trains a softmax output from its logits: the step runs neither the softmax nor its gradient.
+
+    The Dense is timed up to its logits and the loss from the logits, as the step runs them; the
+    softmax gets a row of its own (in_step False), shown and not summed. A separate Activation
+    layer is the same case, whole. Before, nn_twins' per-layer sum was 2x its train step.
+    """
+    inputs = keras.Input((5,), name="x")
+    hidden = layers.Dense(5, activation="relu", name="hidden")(inputs)
+    split = keras.Model(inputs, layers.Dense(3, activation="softmax", name="head")(hidden))
+    whole = keras.Model(inputs, layers.Activation("softmax", name="probs")(layers.Dense(3, name="logits")(hidden)))
+    for model, skipped in ((split, "head (softmax)"), (whole, "probs")):
+        p = tbs.profile(model, [16], training=True, timing=FAST_TIMING, progress=None, report=False)
+        s = p.summary.set_index("layer")
+        assert s.loc[skipped, "in_step"] is False and s.loc[skipped, "phases"] == "forward"
+        assert (s.drop(index=skipped)["in_step"] == True).all()  # noqa: E712
+        summed = s.drop(index=skipped)["median_s"].sum()
+        assert p.model.iloc[0]["layers_sum_s"] == pytest.approx(summed)
+        entry = {layer["name"]: layer for layer in p.metadata["layers"]}[skipped]
+        assert entry["in_step"] is False
+        assert "‡" in tbs.render(p, "text") and "not run by the compiled train step" in tbs.render(p, "text")
+    head = p.summary.set_index("layer")
+    assert head.loc["logits", "backward_s"] > 0  # the gradient still flows into the logits' layer

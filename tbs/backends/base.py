@@ -44,6 +44,9 @@ class TrainingPrograms:
     # The compiler's analysis of one call of each phase program (keys as the runners': forward,
     # backward or forward+backward, update); None where the backend cannot say.
     costs: Callable[[], dict[str, "ProgramCost"]] | None = None
+    # True where each call of ``backward`` runs the forward once before its loop (TensorFlow: the
+    # tape its gradients read): the profiler takes forward / iterations off each backward sample.
+    backward_runs_forward_once: bool = False
 
 
 @dataclass
@@ -129,6 +132,15 @@ class Device(ABC):
         pure functions (JAX) passes their values in as arguments.
         """
 
+    def overlapped_blocked(self, call: Callable[..., Any], tensors: list[Any], jit: bool,
+                           variables: Sequence[Any] = ()) -> Callable[[int], None] | None:
+        """Like ``compile_blocked``, but calls that do not depend on each other may overlap.
+
+        What back-to-back calls achieve (throughput) where a backend's loop runs several
+        iterations at once; None where it runs them one after another (nothing to add).
+        """
+        return None
+
     @abstractmethod
     def sync(self) -> None:
         """Wait until all work queued on this device has finished."""
@@ -160,6 +172,15 @@ class Device(ABC):
         like each floating output; ``make_optimizer()`` gives a fresh, unbuilt optimizer.
         """
         raise NotImplementedError(f"{self.backend or type(self).__name__} cannot time training phases")
+
+    def loss_reads_logits(self, loss: Callable[[list[Any], Any], Any], targets: list[Any],
+                          outputs: list[Any]) -> list[bool]:
+        """Per model output: does ``loss`` read the logits its activation kept, never the activation's output?
+
+        Keras's TensorFlow backend does (a softmax or sigmoid output keeps its logits, and the
+        cross-entropies read them), so a compiled train step never runs that activation.
+        """
+        return [False] * len(outputs)
 
     def train_step(self, model: Any, tensors: list[Any], rebuild: Callable[[list[Any]], Any],
                    targets: list[Any], loss: Callable[[list[Any], Any], Any],

@@ -80,6 +80,8 @@ def cli() -> None:
               help="Measure on every node group of a Ray cluster (auto, or ray://HOST:PORT; needs tbs[ray]).")
 @click.option("--no-analysis", is_flag=True, help="Skip the compiler's FLOPs/bytes/memory per cell and the devices' "
                                                   "calibration (faster on big models; no roofline, no tbs predict).")
+@click.option("--no-dedupe", is_flag=True, help="Measure every layer call on its own (default: identical calls, "
+                                                "same type, config and shapes, are measured once and share that row).")
 @click.option("--capacity", is_flag=True, help="After timing, find each device's largest batch that fits by real "
                                                "calls that double while the measured peak allows (uses most of its memory).")
 def profile(model_path: Path, out_dir: Path | None, min_samples: int, target_ci: float, max_cell_seconds: float,
@@ -96,7 +98,7 @@ def profile(model_path: Path, out_dir: Path | None, min_samples: int, target_ci:
             timing=timing, xla=options["xla"], seed=options["seed"], safe_mode=not no_safe_mode,
             progress=TerminalProgress(), loss=options["loss"], optimizer=options["optimizer"],
             samples=options["samples"], capacity=options["capacity"], analysis=not options["no_analysis"],
-            cluster=options["cluster"])
+            cluster=options["cluster"], dedupe=not options["no_dedupe"])
     except KeyboardInterrupt:
         _interrupted(directory)
     if not result.complete:

@@ -56,24 +56,6 @@ def formula_cost(call: LayerCall, why: str) -> ProgramCost:
     return ProgramCost(source=FORMULA, flops=flops, bytes_accessed=float(moved), reason=why)
 
 
-def signature(call: LayerCall | None, device: str, mode: str) -> tuple | None:
-    """What fixes a layer call's programs: its type, its configuration (not its name), its shapes.
-
-    Two calls with one signature compile to the same program (weights' values do not change
-    FLOPs or bytes), so the analysis of the first serves the rest (a network's repeated blocks).
-    """
-    if call is None or mode != "inference":  # training: which input gradients a call needs changes its programs
-        return None
-    try:
-        config = dict(call.op.get_config())
-    except Exception:  # a layer without a config: analysed on its own
-        return None
-    config.pop("name", None)
-    scalars = sorted((k, v) for k, v in call.kwargs.items() if isinstance(v, (bool, int, float, str, type(None))))
-    return (device, mode, call.layer_type, repr(sorted(config.items())), repr(call.input_shapes),
-            repr(call.output_shapes), repr(sorted(call.kwargs)), repr(scalars))
-
-
 def analysed(analyse: Callable[[], dict[str, ProgramCost]], call: LayerCall | None, phase: str,
              cache: dict[tuple, dict[str, ProgramCost]] | None = None, key: tuple | None = None,
              phases: int = 1) -> dict[str, ProgramCost]:

@@ -11,10 +11,11 @@ from typing import Any, Callable
 from tbs.backends.base import Device, ProgramCost
 from tbs.capture.recorder import Capture, LayerCall
 from tbs.measure import rows
+from tbs.measure.dedupe import call_signature
 from tbs.measure.timing import Measurement, Runner
 from tbs.schema import Phase
 
-FORWARD = Phase.FORWARD.value
+FORWARD, OVERLAPPED = Phase.FORWARD.value, Phase.OVERLAPPED.value
 
 
 def invoker(call: LayerCall, rebuild_fn: Callable[[Any, list[Any]], Any]) -> Callable[..., Any]:
@@ -52,7 +53,7 @@ class InferenceCells:
             return rows.layer_row(call, self.device, base, parts[FORWARD], self.confidence)
 
         return rows.Cell(label, base, (call.args, call.kwargs, call.outputs), programs, build,
-                         analyse=analyse, call=call)
+                         analyse=analyse, call=call, signature=call_signature(call, self.device.name, "inference"))
 
     def step(self, label: str, base: dict[str, Any], copy_seconds: float, input_bytes: int) -> rows.Cell:
         inputs, model = self.inputs, self.model
@@ -61,13 +62,19 @@ class InferenceCells:
             return model(self.rebuild_fn(inputs, list(tensors)), training=False)
 
         def programs() -> dict[str, Runner]:
-            return {FORWARD: self.device.compile_blocked(forward, self.tensors_fn(inputs), self.jit, model.variables)}
+            tensors = self.tensors_fn(inputs)
+            runners = {FORWARD: self.device.compile_blocked(forward, tensors, self.jit, model.variables)}
+            overlapped = self.device.overlapped_blocked(forward, tensors, self.jit, model.variables)
+            return runners if overlapped is None else {**runners, OVERLAPPED: overlapped}
 
         def analyse() -> dict[str, ProgramCost]:
             return {FORWARD: self.device.program_cost(forward, self.tensors_fn(inputs), self.jit, model.variables)}
 
         def build(parts: dict[str, Measurement]) -> dict[str, Any]:
-            return rows.model_row(base, parts[FORWARD], copy_seconds, input_bytes, self.confidence)
+            row = rows.model_row(base, parts[FORWARD], copy_seconds, input_bytes, self.confidence)
+            if OVERLAPPED in parts:
+                row["overlapped_s"] = parts[OVERLAPPED].summary(self.confidence).median_s
+            return row
 
         return rows.Cell(label, base, (inputs, self.cap.outputs), programs, build, target="model",
                          single_calls=rows.SINGLE_CALLS, analyse=analyse)

@@ -25,6 +25,7 @@ from tbs.backends.base import Device
 from tbs.backends.host import memory_headroom_bytes
 from tbs.load.inputs import structure_inputs
 from tbs.load.training import fit_to_outputs
+from tbs.measure.dedupe import find_shared, shared_row
 from tbs.measure.rows import Cell
 from tbs.measure.inference import InferenceCells
 from tbs.measure.training import TrainingCells, gradient_plan, memory_chunks, structure as training_structure
@@ -51,6 +52,8 @@ class Profiler:
         self.saved: list[tuple[CellKey, dict[str, Any]]] = []  # this run's rows: the memory fit reads them
         self.first_oom: BaseException | None = None  # the first capture ran out of memory
         self.peaks: dict[tuple, Callable[[], int | None]] = {}  # a whole model's peak memory, measured at its save
+        # Representative cell -> the cells that share its programs (their keys and row identities).
+        self.followers: dict[tuple, list[tuple[tuple, dict[str, Any]]]] = {}
 
     # ----- estimates for an honest ETA -------------------------------------------------
     def _seed_estimates(self, first: Capture, first_batch: int) -> None:
@@ -67,9 +70,25 @@ class Profiler:
                 if not self.store.is_done(key):
                     self.eta.guess(key, sum(c.eager_seconds for c in first.calls) * scale * phases)
 
+    def _share(self, pending: dict[tuple, Cell]) -> None:
+        """Cells that repeat an earlier one's programs leave ``pending``: the representative's row is theirs too."""
+        shared = find_shared(pending, lambda key: pending[key].signature)
+        for duplicate, representative in shared.of.items():
+            self.followers.setdefault(representative, []).append((duplicate, pending.pop(duplicate).base))
+            self.eta.finished(duplicate)  # nothing of its own to measure
+
     def _save(self, key: tuple, row: dict[str, Any], samples: list[dict[str, Any]], label: str) -> None:
-        """Write a finished cell (with its programs' analysis) to disk, then update the estimate of what is left."""
-        costs = self.costs.pop(key, None)
+        """Write a finished cell (with its programs' analysis) to disk, then update the estimate of what is left.
+
+        Cells that share its programs (``dedupe``) get its row under their own names, with ``shared_with``.
+        """
+        for duplicate, base in self.followers.pop(key, []):
+            self._save_one(duplicate, shared_row(row, base, key.layer), [], label, costs=self.costs.get(key))
+        self._save_one(key, row, samples, label)
+
+    def _save_one(self, key: tuple, row: dict[str, Any], samples: list[dict[str, Any]], label: str,
+                  costs: dict[str, Any] | None = None) -> None:
+        costs = costs if costs is not None else self.costs.pop(key, None)
         if costs:
             row = dict(row, **analysis.row_columns(costs, key.target == "model"))
         peak = self.peaks.pop(key, None)
@@ -78,8 +97,9 @@ class Profiler:
                 row["peak_bytes"] = peak()
             except Exception:  # one more call for its memory failed: no figure, the cell stays measured
                 row["peak_bytes"] = None
+        shared = "shared_with" in row  # the representative's programs: analysed once, under its name
         self.store.add_cell(key, self.request.price_row(row), samples,
-                            analysis.analysis_rows(key, costs) if costs else [])
+                            analysis.analysis_rows(key, costs) if costs and not shared else [])
         self.saved.append((key, row))
         self.eta.finished(key, row.get("median_s"), row.get("n"))
         self.progress.advance(label, self.eta.remaining_seconds)
@@ -142,6 +162,27 @@ class Profiler:
             entry.update(layers.pop(entry["name"], {}))
         meta["layers"].extend(layers.values())  # the loss, once
         return edges
+
+    def _record_skipped(self, cells: TrainingCells) -> None:
+        """Mark the layers the compiled step does not run (and add the activations timed apart) in the metadata."""
+        layers = self.store.metadata.get("layers", [])
+        names = [entry["name"] for entry in layers]
+        changed = False
+        for skip in cells.skipped.values():
+            if skip.call.name not in names:
+                continue
+            if skip.whole_layer and layers[names.index(skip.call.name)].get("in_step") is not False:
+                layers[names.index(skip.call.name)]["in_step"] = False
+                changed = True
+            elif not skip.whole_layer and skip.row_name not in names:
+                at = names.index(skip.call.name) + 1
+                layers.insert(at, {"name": skip.row_name, "type": skip.activation_name, "category": "other",
+                                   "params": 0, "trainable": False, "grad_inputs": [False], "in_step": False,
+                                   "part_of": skip.call.name})
+                names.insert(at, skip.row_name)
+                changed = True
+        if changed:
+            self.store.update_metadata()
 
     def _failed_cells(self, device: Device, batch: int, exc: BaseException) -> None:
         """The forward pass itself failed: every cell of this (batch, device) gets the reason."""
@@ -268,6 +309,14 @@ class Profiler:
                 base = dict(self._base_row(device, batch), layer=call.name, layer_type=call.layer_type,
                             category=call.category)
                 pending[key] = cells.layer(call, f"{call.name} on {device.name} @ batch {batch}", base)
+        if isinstance(cells, TrainingCells):
+            self._record_skipped(cells)
+            for skip in cells.split_activations:
+                key = CellKey.of("layer", skip.row_name, device.name, batch, r.mode)
+                if not self.store.is_done(key):
+                    base = dict(self._base_row(device, batch), layer=skip.row_name, layer_type=skip.activation_name,
+                                category="other")
+                    pending[key] = cells.activation(skip, f"{skip.row_name} on {device.name} @ batch {batch}", base)
         loss_key = CellKey.of("layer", LOSS_LAYER, device.name, batch, r.mode)
         if isinstance(cells, TrainingCells) and not self.store.is_done(loss_key):
             base = dict(self._base_row(device, batch), layer=LOSS_LAYER, layer_type=r.training_setup.loss_name,
@@ -303,8 +352,8 @@ class Profiler:
             self.progress.describe(f"warming up {cell.label}")
             try:
                 programs = cell.programs()
-                for phase, runner in programs.items():
-                    sampler.add((key, phase), runner, single_calls=cell.single_calls)
+                for i, (phase, runner) in enumerate(programs.items()):  # single calls: of the first program
+                    sampler.add((key, phase), runner, single_calls=cell.single_calls if i == 0 else 0)
                     self.restorers.extend([runner.restore] if hasattr(runner, "restore") else [])
             except Interrupted:
                 raise
@@ -315,8 +364,7 @@ class Profiler:
             phases[key] = len(programs)
             if cell.analyse is not None and self.request.analysis:
                 self.costs[key] = analysis.analysed(cell.analyse, cell.call, next(iter(programs)), self.analysed,
-                                                    analysis.signature(cell.call, device.name, key.mode),
-                                                    len(programs))
+                                                    cell.signature, len(programs))
             # An accelerator's allocator peak, after one more call once sampled. Not the host's: its
             # allocators keep freed memory resident, so a warm call shows no growth at all.
             if key.target == "model" and device.kind != "cpu":
@@ -331,6 +379,8 @@ class Profiler:
         the whole train step with the first (each chunk's memory is freed before the next).
         """
         pending = self._pending_cells(device, batch, cap, inputs, copy_seconds, input_bytes, model_key)
+        if self.request.dedupe:
+            self._share(pending)
         self.eta.begin_group(pending)
         free = memory_headroom_bytes() if self.request.training and device.kind == "cpu" else None
         chunks, too_big = memory_chunks(pending, cap, model_key, free, device.train_step_memory_factor)

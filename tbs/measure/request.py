@@ -67,6 +67,7 @@ class ProfileRequest:
     training_setup: TrainingSetup | None = None  # the loss and optimizer a training profile times
     capacity: bool = False  # after timing, search each device's largest batch that fits by real calls
     analysis: bool = True  # analyse every program (FLOPs, bytes, memory) and calibrate every device
+    dedupe: bool = True  # identical layer calls (same programs) measured once, the others sharing its row
     # Adds a row's price and cost per sample (the cost stage's; measuring never turns seconds into dollars).
     price_row: Callable[[dict[str, Any]], dict[str, Any]] = _unpriced
     # How the eager pass is recorded and a call's tensors are found and put back: Keras's by

@@ -34,6 +34,8 @@ class Cell:
     # The compiler's analysis of the cell's programs (phase -> ProgramCost), asked once they compile.
     analyse: Callable[[], dict[str, ProgramCost]] | None = None
     call: LayerCall | None = None  # the layer call (for the shape formulas where the compiler says nothing)
+    # What fixes its programs (tbs.measure.dedupe): cells that share one are measured once. None: alone.
+    signature: tuple | None = None
 
 
 def reason(exc: BaseException) -> str:

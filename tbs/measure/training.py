@@ -14,6 +14,7 @@ asking for more gradients than a real step computes would inflate the sum.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable
 
 import numpy as np
@@ -23,12 +24,15 @@ from tbs.backends.tensors import dtype_name, iter_tensors
 from tbs.capture.recorder import Capture, LayerCall
 from tbs.load.training import TrainingSetup
 from tbs.measure import analysis, rows
+from tbs.measure.dedupe import call_signature
 from tbs.measure.inference import invoker
+from tbs.measure.skipped import SkippedActivation, skipped_activations, without_activation
 from tbs.measure.stats import Summary
 from tbs.measure.timing import Measurement, Runner
 from tbs.schema import LOSS_LAYER, Phase, Status
 
-FORWARD, BACKWARD, FORWARD_BACKWARD, UPDATE, STEP = (p.value for p in Phase)
+FORWARD, BACKWARD, FORWARD_BACKWARD = Phase.FORWARD.value, Phase.BACKWARD.value, Phase.FORWARD_BACKWARD.value
+UPDATE, STEP = Phase.UPDATE.value, Phase.STEP.value
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
@@ -71,6 +75,12 @@ def _interval(parts: list[Summary]) -> dict[str, float]:
             "ci_high_s": sum(s.ci_high_s for s in parts)}
 
 
+def _shifted(summary: Summary, seconds: float) -> Summary:
+    """The summary moved by ``seconds`` (never below 0): a fixed cost known to be in every sample, taken off."""
+    return replace(summary, **{k: max(getattr(summary, k) + seconds, 0.0)
+                               for k in ("median_s", "p25_s", "p75_s", "ci_low_s", "ci_high_s")})
+
+
 def training_row(base: dict[str, Any], parts: dict[str, Measurement], programs: TrainingPrograms,
                  grad_inputs: int, confidence: float) -> dict[str, Any]:
     """One layer's (or the loss's) row: its phases, their total as median_s, and its training memory."""
@@ -85,8 +95,11 @@ def training_row(base: dict[str, Any], parts: dict[str, Measurement], programs: 
         shift = forward.median_s + backward_s + update_s - total["median_s"]
         total = {k: v + shift for k, v in total.items()}
     else:
-        backward_s = s[BACKWARD].median_s if BACKWARD in s else 0.0
-        total = _interval([forward] + [s[p] for p in (BACKWARD, UPDATE) if p in s])
+        backward = s.get(BACKWARD)
+        if backward is not None and programs.backward_runs_forward_once:  # its one forward per sample, spread
+            backward = _shifted(backward, -forward.median_s / parts[BACKWARD].iterations)
+        backward_s = backward.median_s if backward is not None else 0.0
+        total = _interval([forward] + [x for x in (backward, s.get(UPDATE)) if x is not None])
     phases = [FORWARD] + (["backward"] if programs.backward is not None else []) + ([UPDATE] if UPDATE in s else [])
     noisy = [p for p, m in parts.items() if m.status != Status.OK.value]
     notes = "; ".join(f"{p}: {parts[p].note or rows.NOISY_REASON}" for p in noisy)
@@ -122,9 +135,16 @@ class TrainingCells:
         self.plan = gradient_plan(cap.calls)
         self.outputs = tensors_fn(cap.outputs)
         self.targets = device.place(setup.targets(self.outputs, int(np.shape(self.outputs[0])[0]), seed))
+        # Output activations the step never runs (the loss reads their logits): timed apart, never summed.
+        self.skipped = skipped_activations(cap, device, setup, list(self.targets), tensors_fn)
+
+    @property
+    def split_activations(self) -> list[SkippedActivation]:
+        """The skipped activations that get a row of their own (the rest are whole layers)."""
+        return [s for s in self.skipped.values() if not s.whole_layer]
 
     def _cell(self, label: str, base: dict[str, Any], data: Any, compile: Callable[[], TrainingPrograms],
-              grad_inputs: int, call: LayerCall | None) -> rows.Cell:
+              grad_inputs: int, call: LayerCall | None, signature: tuple | None = None) -> rows.Cell:
         made: dict[str, TrainingPrograms] = {}
 
         def programs() -> dict[str, Runner]:
@@ -144,31 +164,50 @@ class TrainingCells:
                 raise NotImplementedError(f"{self.device.backend} does not analyse training programs")
             return analysis.phase_costs(costs())
 
-        return rows.Cell(label, base, data, programs, build, analyse=analyse, call=call)
+        return rows.Cell(label, base, data, programs, build, analyse=analyse, call=call, signature=signature)
 
     def layer(self, call: LayerCall, label: str, base: dict[str, Any]) -> rows.Cell:
-        wanted = self.plan[call.name]
+        wanted, variables = self.plan[call.name], getattr(call.op, "variables", ())
+        invoke, skip = invoker(call, self.rebuild_fn), self.skipped.get(call.name)
+        if skip is not None and skip.whole_layer:  # the step runs none of it: its forward alone, not summed
+            wanted, variables, base = [False] * len(wanted), (), dict(base, in_step=False)
+        else:
+            base = dict(base, in_step=True)
+            if skip is not None:  # timed up to its logits, as the step runs it
+                invoke = without_activation(invoke, call.op)
 
         def compile() -> TrainingPrograms:
-            return self.device.training_programs(invoker(call, self.rebuild_fn), self.tensors_fn((call.args, call.kwargs)),
-                                                 getattr(call.op, "variables", ()), wanted, self.setup.make_optimizer,
-                                                 self.jit, self.seed)
+            return self.device.training_programs(invoke, self.tensors_fn((call.args, call.kwargs)), variables, wanted,
+                                                 self.setup.make_optimizer if variables else None, self.jit, self.seed)
 
-        return self._cell(label, base, (call.args, call.kwargs, call.outputs), compile, sum(wanted), call)
+        # Its programs depend on the input gradients it computes and on what of it the step runs, too.
+        signature = call_signature(call, self.device.name, "training", (tuple(wanted), base["in_step"], skip is not None))
+        return self._cell(label, base, (call.args, call.kwargs, call.outputs), compile, sum(wanted), call, signature)
+
+    def activation(self, skip: SkippedActivation, label: str, base: dict[str, Any]) -> rows.Cell:
+        """A skipped activation's own row: its forward on the logits, shown and never summed."""
+
+        def compile() -> TrainingPrograms:
+            return self.device.training_programs(skip.activate, [skip.logits], (), [False], None, self.jit, self.seed)
+
+        return self._cell(label, dict(base, in_step=False), [skip.logits], compile, 0, None)
 
     def loss(self, label: str, base: dict[str, Any]) -> rows.Cell:
         count, setup = len(self.targets), self.setup
+        skipped = {s.output_index: s for s in self.skipped.values()}
+        inputs = [skipped[i].logits if i in skipped else out for i, out in enumerate(self.outputs)]
 
-        def value(*flat: Any) -> Any:
-            return setup.loss(list(flat[:count]), list(flat[count:]))
+        def value(*flat: Any) -> Any:  # from the logits where the step reads them
+            outputs = [skipped[i].activate(x) if i in skipped else x for i, x in enumerate(flat[count:])]
+            return setup.loss(list(flat[:count]), outputs)
 
         wanted = [False] * count + [True] * len(self.outputs)
 
         def compile() -> TrainingPrograms:
-            return self.device.training_programs(value, list(self.targets) + self.outputs, (), wanted, None,
+            return self.device.training_programs(value, list(self.targets) + inputs, (), wanted, None,
                                                  self.jit, self.seed)
 
-        return self._cell(label, base, self.outputs, compile, len(self.outputs), None)
+        return self._cell(label, dict(base, in_step=True), inputs, compile, len(self.outputs), None)
 
     def step(self, label: str, base: dict[str, Any], copy_seconds: float, input_bytes: int) -> rows.Cell:
         inputs = self.inputs

@@ -79,7 +79,9 @@ def gather(profile: Profile, batch_size: int | None) -> Inputs:
     if batch not in batches:
         raise TbsError(f"batch size {batch} (--batch) is not in this profile: it has {', '.join(map(str, batches))}")
     rows = summary[summary["batch_size"] == batch]
-    layers = [l["name"] for l in profile.metadata.get("layers", [])]
+    entries = profile.metadata.get("layers", [])
+    layers = [l["name"] for l in entries if l.get("in_step") is not False]  # what the compiled step never runs: no node
+    skipped = [l["name"] for l in entries if l.get("in_step") is False]
     if profile.mode == "training" and LOSS_LAYER not in layers and (rows["layer"] == LOSS_LAYER).any():
         layers.append(LOSS_LAYER)  # the loss is placed like a layer
     devices = sorted(rows["device"].unique())
@@ -102,7 +104,8 @@ def gather(profile: Profile, batch_size: int | None) -> Inputs:
         if usd.get(d) is None:  # a predicted device takes no price from the kind of a measured one
             usd[d] = lookup(prices, d, None if d in predicted else kinds.get(d, ""))
     host = profile.metadata.get("host_device") or next((d for d in devices if kinds.get(d) == "cpu"), devices[0])
-    tensors = graph_tensors((profile.metadata.get("graph") or {}).get(str(batch), []), layers, profile.mode)
+    edges = (profile.metadata.get("graph") or {}).get(str(batch), [])
+    tensors = graph_tensors(bypass(edges, skipped), layers, profile.mode)
     fits = {k: TransferFit(v["alpha_s"], v["beta_s_per_byte"]) for k, v in (profile.metadata.get("transfers") or {}).items()}
     memory = limits_for(profile, rows, batch)
     for l in layers:
@@ -124,6 +127,14 @@ def check_placeable(inp: Inputs, objective: str) -> None:
         if objective == "cost" and not any(inp.usd_per_hour.get(d) is not None for d in runs_on):
             raise TbsError(f"layer '{layer}' runs only on {', '.join(runs_on)}, which has no price: give one with "
                            f"--cost (e.g. --cost {runs_on[0]}=0.5), or minimise time (--objective time)")
+
+
+def bypass(edges: list[dict[str, Any]], skipped: list[str]) -> list[dict[str, Any]]:
+    """The graph without the layers the step never runs: their readers read what fed them (the logits)."""
+    if not skipped:
+        return edges
+    fed = {e["dst"]: e["src"] for e in edges if e["dst"] in skipped}
+    return [dict(e, src=fed.get(e["src"], e["src"])) for e in edges if e["dst"] not in skipped]
 
 
 def graph_tensors(edges: list[dict[str, Any]], layers: list[str], mode: str = "inference") -> list[Tensor]:

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from tbs.errors import ProfileError, warn
-from tbs.schema import COLUMN_KINDS, COLUMN_VALUES, COUNT, REQUIRED_COLUMNS, SECONDS, USABLE
+from tbs.schema import COLUMN_KINDS, COLUMN_VALUES, COUNT, FLAG, REQUIRED_COLUMNS, SECONDS, USABLE
 
 FIX = ("correct that line, or delete it and run tbs profile --resume to measure that cell again "
        "(or restore the file from a copy)")
@@ -101,7 +101,10 @@ def _checked(frame: pd.DataFrame, name: str, path: Path, text: str) -> pd.DataFr
             raise ProfileError(f"'{path}' has no {column} column: it is not a tbs {name}.csv; restore it from a copy")
     for column in frame.columns:
         kind = COLUMN_KINDS.get(column)
-        if kind is not None:
+        if kind == FLAG:
+            frame[column], bad = _flags(frame[column])
+            problems += bad
+        elif kind is not None:
             frame[column], bad = _numbers(frame[column], kind)
             problems += [(i, why) for i, why in bad]
         elif column in COLUMN_VALUES:
@@ -118,6 +121,14 @@ def _checked(frame: pd.DataFrame, name: str, path: Path, text: str) -> pd.DataFr
         why = "; ".join(dict.fromkeys(why for index, why in problems if index == first))
         raise ProfileError(f"'{path}' line {_line_of(text, first)}: {why}; {FIX}")
     return frame
+
+
+def _flags(values: pd.Series) -> tuple[pd.Series, list[tuple[int, str]]]:
+    """A column of True/False (blank where it does not apply), and the rows holding anything else."""
+    known = {"True": True, "False": False, "true": True, "false": False}
+    wrong = values.notna() & ~values.isin(list(known))
+    bad = [(i, f"{values.name} '{values.iloc[i]}' is not True or False") for i in np.flatnonzero(wrong.to_numpy())]
+    return values.map(lambda v: known.get(v) if isinstance(v, str) else None).astype(object), bad
 
 
 def _numbers(values: pd.Series, kind: str) -> tuple[pd.Series, list[tuple[int, str]]]:

@@ -180,6 +180,8 @@ def with_layer_sums(summary: pd.DataFrame, model: pd.DataFrame) -> pd.DataFrame:
     if model.empty:
         return model
     measured = summary[summary["median_s"].notna()] if not summary.empty else summary
+    if "in_step" in measured:  # a row the compiled train step never runs is shown, not summed
+        measured = measured[measured["in_step"].map(lambda v: v is not False)]
     if measured.empty:
         model["layers_sum_s"] = None
         model["layers_measured"] = 0

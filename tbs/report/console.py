@@ -14,11 +14,20 @@ from tbs.schema import MEASURED, NOT_MEASURED, Status
 from tbs.units import PER_MILLION, format_bytes, format_seconds, format_usd, is_number
 
 INACTIVE_MARK = "†"  # on the name of a layer that does nothing in the measured mode
+NOT_IN_STEP_MARK = "‡"  # on a row the compiled train step never runs: shown, never summed
+NOT_IN_STEP_MEANING = ("not run by the compiled train step: the loss reads the logits this activation keeps (Keras "
+                       "on TensorFlow), so the step computes neither it nor its gradient; timed apart, shown, and "
+                       "left out of Σ")
 
 
 def inactive_layers(profile: Profile) -> list[str]:
     """Layers that only pass their input through in the measured mode (older profiles: none)."""
     return [layer["name"] for layer in profile.metadata.get("layers", []) if layer.get("inactive")]
+
+
+def not_in_step(profile: Profile) -> list[str]:
+    """Rows a training profile times but the compiled train step never runs (left out of Σ)."""
+    return [layer["name"] for layer in profile.metadata.get("layers", []) if layer.get("in_step") is False]
 
 
 def training_command(profile: Profile) -> str | None:
@@ -65,14 +74,15 @@ def batch_table(profile: Profile, batch_size: int) -> str:
     devices = sorted(summary["device"].unique()) if not summary.empty else []
     priced = summary["cost_per_sample_usd"].map(is_number).any() if not summary.empty else False
     order = [layer["name"] for layer in profile.metadata.get("layers", [])]
-    inactive = set(inactive_layers(profile))
+    inactive, skipped = set(inactive_layers(profile)), set(not_in_step(profile))
     rows = []
     for layer in order:
         cells = summary[summary["layer"] == layer]
         if cells.empty:
             continue
         (fastest, fast_tie), (cheapest, cheap_tie) = _best(cells, "time"), _best(cells, "cost")
-        name = f"{layer} {INACTIVE_MARK}" if layer in inactive else layer
+        name = f"{layer} {INACTIVE_MARK}" if layer in inactive else f"{layer} {NOT_IN_STEP_MARK}" if layer in skipped \
+            else layer
         line = {"layer": name, "category": cells.iloc[0]["category"]}
         for device in devices:
             cell = cells[cells["device"] == device]
@@ -94,9 +104,9 @@ def batch_table(profile: Profile, batch_size: int) -> str:
             failed = column == "per_sample_s" and status not in ("",) + MEASURED
             line[device] = format_seconds(value) if is_number(value) else (status.upper() if failed else "-")
             if column == "layers_sum_per_sample_s" and is_number(value):
-                measured = int(cell.iloc[0]["layers_measured"])
-                if measured < len(order):  # failed layers are not in the sum: say so
-                    line[device] += f" ({measured} of {len(order)} layers)"
+                measured, summed = int(cell.iloc[0]["layers_measured"]), len([l for l in order if l not in skipped])
+                if measured < summed:  # failed layers are not in the sum: say so
+                    line[device] += f" ({measured} of {summed} layers)"
         rows.append(line)
     header = f"batch {batch_size}: {'train step (forward+backward+update) ' if training else ''}time per sample"
     if priced:
@@ -111,10 +121,20 @@ def batch_table(profile: Profile, batch_size: int) -> str:
                 f"{m['device']}: {whole} {format_seconds(m['median_s'])}/call; fixed costs apart: "
                 f"dispatch {format_seconds(m.get('dispatch_overhead_s'))}/call, "
                 f"input copy {format_seconds(m.get('input_copy_s'))}, first call {format_seconds(m.get('first_call_s'))}"
+                + overlap_note(m)
             )
         else:
             lines.append(f"{m['device']}: {whole} {m.get('status')}: {m.get('reason')}")
     return "\n".join(lines)
+
+
+def overlap_note(model_row: pd.Series) -> str:
+    """Where back-to-back calls overlap (throughput) differently from one call at a time, by more than 10%."""
+    one, overlapped = model_row.get("median_s"), model_row.get("overlapped_s")
+    if not (is_number(one) and is_number(overlapped) and overlapped > 0) or abs(one / overlapped - 1) <= 0.1:
+        return ""
+    return (f"; back-to-back calls overlap at {format_seconds(overlapped)}/call "
+            f"({one / overlapped:.2g}x one call's throughput)")
 
 
 def _phase_cell(row: pd.Series) -> str:
@@ -169,6 +189,8 @@ def render(profile: Profile, samples: int | None = None) -> str:
     text = "\n\n".join(tables)
     if not profile.summary.empty and set(inactive_layers(profile)) & set(profile.summary["layer"]):
         text += "\n\n" + inactive_meaning(profile)
+    if not profile.summary.empty and set(not_in_step(profile)) & set(profile.summary["layer"]):
+        text += f"\n\n{NOT_IN_STEP_MARK} {', '.join(not_in_step(profile))}: {NOT_IN_STEP_MEANING}."
     capacity = capacity_lines(profile)
     if capacity:
         text += "\n\n" + "\n".join(capacity)

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from tbs.report.console import INACTIVE_MARK
+from tbs.report.console import INACTIVE_MARK, NOT_IN_STEP_MARK
 from tbs.schema import USABLE
 from tbs.units import PER_MILLION, format_seconds, format_usd, is_number
 
@@ -37,6 +37,12 @@ class View:
     mode: str = "inference"
     inactive: set[str] = field(default_factory=set)
     devices: list[str] = field(default_factory=list)
+    not_in_step: set[str] = field(default_factory=set)  # rows the compiled train step never runs: never stacked
+
+    @property
+    def summed(self) -> list[str]:
+        """The layers whose times add up to the whole (model or train step)."""
+        return [layer for layer in self.layers if layer not in self.not_in_step]
 
     @property
     def whole_name(self) -> str:
@@ -49,10 +55,13 @@ class View:
         return DEVICE_COLORS[index % len(DEVICE_COLORS)]
 
     def label(self, layer: str) -> str:
-        return f"{layer}\u00a0{INACTIVE_MARK}" if layer in self.inactive else layer  # the mark stays on its line
+        mark = INACTIVE_MARK if layer in self.inactive else NOT_IN_STEP_MARK if layer in self.not_in_step else ""
+        return f"{layer}\u00a0{mark}" if mark else layer  # the mark stays on its line
 
     def note(self, layer: str) -> str:
-        """A hover line for an inactive layer (empty otherwise)."""
+        """A hover line for an inactive layer, or one the train step never runs (empty otherwise)."""
+        if layer in self.not_in_step:
+            return f"<br>{NOT_IN_STEP_MARK} not run by the compiled train step: not summed"
         if layer not in self.inactive:
             return ""
         return f"<br>{INACTIVE_MARK} inactive in {self.mode}: passes its input through"

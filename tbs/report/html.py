@@ -17,7 +17,8 @@ from tbs.place.recommend import Recommendation
 from tbs.profiles.profile import Profile
 from tbs.report import roofline, training
 from tbs.report.analysis import crossovers, winner, winners
-from tbs.report.console import INACTIVE_MARK, comparison_table, inactive_layers, training_command
+from tbs.report.console import (INACTIVE_MARK, NOT_IN_STEP_MARK, NOT_IN_STEP_MEANING, comparison_table, inactive_layers,
+                                not_in_step, training_command)
 from tbs.report.figures import (batch_axis, heatmap_figure, layer_stack, missing_cells, scaling_figure, spread_figure,
                                 stacked_figure, whole_model)
 from tbs.report.page import ReportData, esc as _esc, figure as _figure, table as _table
@@ -97,7 +98,7 @@ def section_where(data: ReportData) -> str:
     for batch in data.batches:
         for objective in ("time", "cost") if data.priced_devices else ("time",):
             devices = data.devices if objective == "time" else data.priced_devices
-            stack = layer_stack(data.summary, view, devices, batch, objective)
+            stack = layer_stack(data.summary, view, devices, batch, objective).loc[view.summed]  # what adds up
             fig = stacked_figure(stack, whole_model(model, batch, objective),
                                  missing_cells(data.summary, stack, batch), view, batch, objective)
             parts.append(_figure(fig))
@@ -106,7 +107,16 @@ def section_where(data: ReportData) -> str:
     elif unpriced:
         parts.append(f'<p class="note">Left out of the cost bars (no price, not $0): {_esc(", ".join(unpriced))}. '
                      'Pass --cost to tbs report to price them.</p>')
-    return "\n".join(parts) + _inactive_note(data)
+    return "\n".join(parts) + _inactive_note(data) + _not_in_step_note(data)
+
+
+def _not_in_step_note(data: ReportData) -> str:
+    """The ‡ mark: rows the compiled train step never runs, left out of the bars and of Σ."""
+    names = not_in_step(data.profile)
+    if not names:
+        return ""
+    return (f'<p class="note"><b>{NOT_IN_STEP_MARK} {_esc(", ".join(names))}</b>: {_esc(NOT_IN_STEP_MEANING)} '
+            '(and out of these bars).</p>')
 
 
 def section_relative(data: ReportData) -> str:
@@ -186,8 +196,14 @@ def section_model_cost(data: ReportData) -> str:
     for column in ("dispatch_overhead_s", "input_copy_s", "first_call_s"):
         fixed[column] = fixed[column].map(format_seconds)
     fixed.columns = ["device", "batch", "dispatch / call", "input copy", "input bytes", "first call (trace+compile)"]
+    overlap = ""
+    if "overlapped_s" in model and model["overlapped_s"].notna().any():
+        fixed["calls back to back / call"] = model["overlapped_s"].map(format_seconds).to_numpy()
+        overlap = ('<p class="note">Calls back to back: a loop of independent calls lets the framework overlap them '
+                   '(TensorFlow runs up to 10 loop iterations at once): per call this is throughput, not the time of '
+                   'one call, which the figures above are.</p>')
     return (f'<h2 id="model">{whole.capitalize()}</h2>{_figure(fig)}<ul>{"".join(marks)}</ul>'
-            f'<h3>Fixed costs, kept apart from layers</h3>{_table(fixed)}')
+            f'<h3>Fixed costs, kept apart from layers</h3>{_table(fixed)}{overlap}')
 
 
 def section_winners(data: ReportData) -> str:

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from tbs.place.recommend import Recommendation
 from tbs.profiles.profile import Profile, with_layer_sums
 from tbs.report.analysis import with_intervals
-from tbs.report.console import inactive_layers
+from tbs.report.console import inactive_layers, not_in_step
 from tbs.report.figures import View
 from tbs.schema import Status
 
@@ -64,7 +64,8 @@ class ReportData:
 
     @cached_property
     def view(self) -> View:
-        return View(self.layers, self.profile.mode, set(inactive_layers(self.profile)), self.devices)
+        return View(self.layers, self.profile.mode, set(inactive_layers(self.profile)), self.devices,
+                    set(not_in_step(self.profile)))
 
 
 def esc(value: object) -> str:

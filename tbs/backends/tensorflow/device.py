@@ -24,6 +24,9 @@ from tbs.backends.tensorflow import training
 from tbs.backends.tensorflow.capture import watch_ops
 from tbs.backends.tensorflow.environment import tensorflow as _tensorflow
 
+OVERLAPPED_ITERATIONS = 10  # tf.while_loop's default parallel_iterations: what a plain loop of calls gets
+
+
 def _consume(structure: Any) -> Any:
     """A float32 scalar depending on one element of every output tensor (cheap, un-prunable)."""
     tf = _tensorflow()
@@ -44,8 +47,8 @@ class TFDevice(Device):
     """A TensorFlow logical device (/device:CPU:0, /device:GPU:1, /device:TPU:0)."""
 
     backend = "tensorflow"
-    backward_method = ("the forward+backward program minus the forward program (a TensorFlow gradient "
-                       "needs the tape of its forward pass)")
+    backward_method = ("the gradients alone, each sample after one forward under a tape (a TensorFlow gradient "
+                       "needs the tape of its forward pass); with --xla the forward+backward program minus the forward")
     train_step_memory_factor = 1.0  # measured 0.7 on CPU (cnn_flowers, batch 128)
 
     def __init__(self, kind: str, index: int, tf_name: str, description: str = "",
@@ -76,22 +79,42 @@ class TFDevice(Device):
     def compile_blocked(self, call: Callable[..., Any], tensors: list[Any], jit: bool,
                         variables: Sequence[Any] = ()) -> Callable[[int], None]:
         """``variables`` are read inside the loop as the resource variables they are."""
+        return self._blocked(call, tensors, jit, parallel_iterations=1)
+
+    def overlapped_blocked(self, call: Callable[..., Any], tensors: list[Any], jit: bool,
+                           variables: Sequence[Any] = ()) -> Callable[[int], None]:
+        """A plain ``tf.while_loop``'s default: up to 10 independent calls at once (throughput)."""
+        return self._blocked(call, tensors, jit, parallel_iterations=OVERLAPPED_ITERATIONS)
+
+    def _blocked(self, call: Callable[..., Any], tensors: list[Any], jit: bool, parallel_iterations: int,
+                 before_loop: Callable[..., Callable[[], Any]] | None = None) -> Callable[[int], None]:
+        """The blocked runner. ``before_loop(*tensors)``, where given, runs once per runner call before
+        the loop and returns what each iteration runs (training: a backward from one forward's tape)."""
         tf = _tensorflow()
         device_name = self.tf_name
-        # With XLA, the call is its own XLA computation launched every iteration; compiling
-        # the loop too would let XLA hoist the loop-invariant call out of it.
-        step = tf.function(call, jit_compile=True) if jit else call
+
+        def compiled(step: Callable[..., Any]) -> Callable[..., Any]:
+            # With XLA, the call is its own XLA computation launched every iteration; compiling
+            # the loop too would let XLA hoist the loop-invariant call out of it.
+            return tf.function(step, jit_compile=True) if jit else step
+
+        plain = compiled(call)
 
         @tf.function(jit_compile=False)
         def blocked(n: Any, *args: Any) -> Any:
+            if before_loop is None:
+                iteration = lambda: plain(*args)  # noqa: E731
+            else:
+                with tf.device(device_name):
+                    iteration = compiled(before_loop(*args))
+
             def body(i: Any, acc: Any) -> tuple[Any, Any]:
                 with tf.device(device_name):
-                    out = step(*args)
+                    out = iteration()
                     return i + 1, acc + _consume(out)
 
-            return tf.while_loop(
-                lambda i, acc: i < n, body, (tf.constant(0), tf.constant(0.0)), parallel_iterations=1
-            )[1]
+            return tf.while_loop(lambda i, acc: i < n, body, (tf.constant(0), tf.constant(0.0)),
+                                 parallel_iterations=parallel_iterations)[1]
 
         def runner(n: int) -> None:
             result = blocked(tf.constant(n, dtype=tf.int32), *tensors)
@@ -138,6 +161,10 @@ class TFDevice(Device):
                           jit: bool, seed: int = 0) -> TrainingPrograms:
         """Forward, forward+backward (a gradient needs its tape) and update runners: see training.py."""
         return training.training_programs(self, call, tensors, variables, grad_inputs, make_optimizer, jit, seed)
+
+    def loss_reads_logits(self, loss: Callable[[list[Any], Any], Any], targets: list[Any],
+                          outputs: list[Any]) -> list[bool]:
+        return training.loss_reads_logits(loss, targets, outputs)
 
     def split_train_runner(self, steps: list[PlacedStep], outputs: list[Source], inputs: list[Any],
                            targets: list[Any], loss: Callable[[list[Any], Any], Any], loss_device: Device,

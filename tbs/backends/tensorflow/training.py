@@ -1,14 +1,20 @@
 """Training phases on TensorFlow: a call's forward, backward and optimizer update, and whole train steps.
 
-Every program is a blocked runner built by ``TFDevice.compile_blocked`` (one
-``tf.while_loop`` with parallel_iterations=1 inside a ``tf.function``), so a
-training phase is timed exactly like a forward pass.
+Every program is a blocked runner built by ``TFDevice`` (one ``tf.while_loop``
+with parallel_iterations=1 inside a ``tf.function``), so a training phase is
+timed exactly like a forward pass.
 
-A TensorFlow gradient needs the tape that recorded its forward pass, so the
-backward program is forward + backward in one loop body
-(``backward_includes_forward``); the profiler subtracts the forward runner's
-time. The gradient is taken inside the device scope of the loop body: a
-gradient runs where it is *called*, not where its forward ran (tensorflow#33688).
+A TensorFlow gradient needs the tape that recorded its forward pass, so each
+call of the backward runner runs the forward once under a tape, before its
+loop, and every iteration runs the gradient ops alone from the saved activations
+(``backward_runs_forward_once``; the profiler spreads that one forward out of
+the samples). Timing forward+backward and subtracting the forward, as tbs did
+before, also subtracts what the two overlap on a second core: a small Dense's
+backward came out at a third of its forward. With --xla each call is one XLA
+computation whose ops run one after another, and there the forward+backward
+program less the forward is used (``backward_includes_forward``). The gradient
+is taken inside the device scope: a gradient runs where it is *called*, not
+where its forward ran (tensorflow#33688).
 
 The update program applies fixed, real gradients to *copies* of the trainable
 variables with a fresh optimizer: the model's own weights never drift while
@@ -71,6 +77,50 @@ def _differentiate(call: Callable[..., Any], trainable: list[Any], flagged: list
         return out, [g for g in grads if g is not None]
 
     return step
+
+
+def _backward_from_tape(call: Callable[..., Any], trainable: list[Any], flagged: list[int],
+                        cotangents: Sequence[Any]) -> Callable[..., Callable[[], Any]]:
+    """``before_loop`` for the backward alone: the forward runs once under a tape, each iteration its gradients.
+
+    The gradient ops read the forward's saved activations (TensorFlow's equivalent of JAX's VJP of
+    residuals): timing forward+backward and subtracting the forward would also subtract the work
+    the two overlap on a second core, and undercounts small layers' backwards (a Dense's two
+    matmuls came out at a third of its one).
+    """
+    tf = _tensorflow()
+
+    def before_loop(*args: Any) -> Callable[[], Any]:
+        with tf.GradientTape() as tape:
+            for i in flagged:
+                tape.watch(args[i])
+            outputs = _float_outputs(call(*args))
+        sources = trainable + [args[i] for i in flagged]
+
+        def gradients() -> list[Any]:
+            grads = tape.gradient(outputs, sources, output_gradients=list(cotangents))
+            return [g for g in grads if g is not None]
+
+        return gradients
+
+    return before_loop
+
+
+def loss_reads_logits(loss: Callable[[list[Any], Any], Any], targets: list[Any], outputs: list[Any]) -> list[bool]:
+    """Per output: does the loss's gradient reach the logits Keras kept on it, and not the output itself?"""
+    tf = _tensorflow()
+    found = []
+    for out in outputs:
+        logits = getattr(out, "_keras_logits", None)
+        if logits is None:
+            found.append(False)
+            continue
+        with tf.GradientTape() as tape:
+            tape.watch([out, logits])
+            value = loss(targets, outputs)
+        through_output, through_logits = tape.gradient(value, [out, logits])
+        found.append(through_output is None and through_logits is not None)
+    return found
 
 
 def _cotangents(floats: Sequence[Any], seed: int) -> list[Any]:
@@ -212,7 +262,11 @@ def training_programs(device: TFDevice, call: Callable[..., Any], tensors: list[
             cotangents, grads = _eager_pass(call, tensors, trainable, seed, want_update)
         if cotangents:
             step = _differentiate(call, trainable, flagged, cotangents)
-            backward = device.compile_blocked(step, tensors, jit, variables)
+            if jit:  # one XLA computation per call runs its ops one after another: forward+backward less forward
+                backward = device.compile_blocked(step, tensors, jit, variables)
+            else:
+                backward = device._blocked(call, tensors, jit, 1, _backward_from_tape(call, trainable, flagged,
+                                                                                      cotangents))
             residuals = residual_bytes(call, tensors, trainable, flagged, cotangents)
         if grads is not None and make_optimizer is not None:
             update, slot_bytes = _update(device, trainable, grads, make_optimizer, jit)
@@ -224,8 +278,9 @@ def training_programs(device: TFDevice, call: Callable[..., Any], tensors: list[
             found["update"] = update.cost()
         return found
 
-    return TrainingPrograms(forward=forward, backward=backward, backward_includes_forward=True, update=update,
-                            weight_bytes=weight_bytes, slot_bytes=slot_bytes, residual_bytes=residuals, costs=costs)
+    return TrainingPrograms(forward=forward, backward=backward, backward_includes_forward=jit,
+                            backward_runs_forward_once=not jit, update=update, weight_bytes=weight_bytes,
+                            slot_bytes=slot_bytes, residual_bytes=residuals, costs=costs)
 
 
 class TrainStepRunner:
