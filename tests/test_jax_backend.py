@@ -134,7 +134,7 @@ def test_jax_profile_records_backend_and_measures_every_layer(jax_dirs: dict[str
     assert (dense["median_s"] > 0).all()
     samples = pd.read_csv(jax_dirs["mlp"] / "samples.csv")
     measured = summary[summary["shared_with"].isna()]  # dense_2 repeats dense_1: measured once, shared
-    assert summary.set_index("layer").loc["dense_2", "shared_with"] == "dense_1"
+    assert set(summary[summary["layer"] == "dense_2"]["shared_with"]) == {"dense_1"}
     assert len(samples) >= measured["n"].sum()
 
 
