@@ -66,3 +66,30 @@ def test_keras_applications_model_every_leaf_in_summary(tmp_path):
     expected = {l.name for l in _leaf_layers(model)}  # layers and graph ops (x + 3 in hard-swish)
     assert set(summary["layer"]) == expected
     assert set(summary["status"]) <= {"ok", "noisy"}
+
+
+def test_identical_layers_are_measured_once_and_every_one_keeps_its_row(tmp_path):
+    """Three identical Dense(16) on 16 features: one is measured, the other two share its row (named in
+    shared_with) and are still summed; --no-dedupe measures each."""
+    keras.backend.clear_session()
+    inputs = keras.Input((16,), name="x")
+    x = inputs
+    for i in range(3):
+        x = keras.layers.Dense(16, activation="relu", name=f"block_{i}")(x)
+    model = keras.Model(inputs, keras.layers.Dense(2, name="head")(x))
+    path = tmp_path / "repeats.keras"
+    model.save(path)
+    fast = ["--batch", "4", "--min-samples", "3", "--max-cell-seconds", "0.01", "--min-block-ms", "0.2",
+            "--min-span-seconds", "0", "--no-analysis"]
+    for flag, shared in (([], {"block_1": "block_0", "block_2": "block_0"}), (["--no-dedupe"], {})):
+        out = tmp_path / ("p" + "".join(flag))
+        result = CliRunner().invoke(cli, ["profile", str(path), "--out", str(out), *fast, *flag])
+        assert result.exit_code == 0, result.stderr
+        summary = pd.read_csv(out / "summary.csv").set_index("layer")
+        assert summary["shared_with"].dropna().to_dict() == shared
+        for layer, representative in shared.items():
+            assert summary.loc[layer, "median_s"] == summary.loc[representative, "median_s"]
+        samples = pd.read_csv(out / "samples.csv")
+        assert set(samples[samples["target"] == "layer"]["layer"]) == set(summary.index) - set(shared)
+        model_row = pd.read_csv(out / "model.csv").iloc[0]
+        assert model_row["layers_sum_s"] == pytest.approx(summary["median_s"].sum())  # shared rows are summed
