@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from click.testing import CliRunner
 
 from conftest import FAST
+from tbs.cli import cli
 
 BATCHES = "1,2,3,4,5,6,7,8,9,10,11,12"
 CELLS = 12 * 3  # batch sizes x layers of the tiny sequential model (dense, dropout, dense_1)
@@ -53,6 +55,11 @@ def _in_namespace(script: str, timeout: float = 240) -> subprocess.CompletedProc
 
 def _tbs(*args) -> list[str]:
     return [sys.executable, "-m", "tbs", *[str(a) for a in args]]
+
+
+def _in_process(*args):
+    """The CLI in this process (TensorFlow already started): where no real fault needs a process of its own."""
+    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def _one_line(stderr: str) -> str:
@@ -102,9 +109,8 @@ def test_a_disk_that_fills_mid_run_keeps_every_row_and_resume_finishes_on_it_or_
     same = kept.merge(after, on=["layer", "batch_size"], suffixes=("", "_after"))
     assert len(same) == len(kept) and (same["median_s"] == same["median_s_after"]).all()  # kept, not re-measured
     # Or on a copy on another disk.
-    args = ["profile", seq_pkl, "--out", out / "copy", "--batch", BATCHES, *FAST, "--resume"]
-    resumed = subprocess.run(_tbs(*args), capture_output=True, text=True, timeout=240)
-    assert resumed.returncode == 0, resumed.stderr
+    resumed = _in_process("profile", seq_pkl, "--out", out / "copy", "--batch", BATCHES, *FAST, "--resume")
+    assert resumed.exit_code == 0, resumed.output
     _each_cell_once(out / "copy")
 
 
@@ -112,9 +118,8 @@ def test_a_disk_that_fills_mid_run_keeps_every_row_and_resume_finishes_on_it_or_
 def test_a_read_only_disk_is_one_line_everywhere_tbs_writes(seq_pkl, tmp_path):
     profile_dir, ro, out = tmp_path / "p", tmp_path / "ro", tmp_path / "out"
     with_analysis = [a for a in FAST if a != "--no-analysis"]  # predict needs the device's calibration
-    made = subprocess.run(_tbs("profile", seq_pkl, "--out", profile_dir, "--batch", "2", *with_analysis),
-                          capture_output=True, text=True, timeout=120)
-    assert made.returncode == 0, made.stderr
+    made = _in_process("profile", seq_pkl, "--out", profile_dir, "--batch", "2", *with_analysis)
+    assert made.exit_code == 0, made.output
     ro.mkdir()
     out.mkdir()
     commands = {"predict": f"$TBS predict {ro} --device t4", "report": f"$TBS report {ro} -o {ro}/r.html",
@@ -148,11 +153,11 @@ def test_sigkill_then_a_row_cut_short_resumes_with_every_cell_once(seq_pkl, tmp_
     samples = out / "samples.csv"
     text = samples.read_text()
     samples.write_text(text[:text.rstrip("\n").rfind("\n") + 1] + "layer,o")  # the last row cut short
-    report = subprocess.run(_tbs("report", out), capture_output=True, text=True, timeout=120)
-    assert report.returncode == 0 and "Traceback" not in report.stderr
+    report = _in_process("report", out)
+    assert report.exit_code == 0 and report.exception is None, report.output
     assert "samples.csv' line" in report.stderr and "cut short" in report.stderr
-    resumed = subprocess.run(_tbs(*args, "--resume"), capture_output=True, text=True, timeout=240)
-    assert resumed.returncode == 0, resumed.stderr
+    resumed = _in_process(*args, "--resume")
+    assert resumed.exit_code == 0, resumed.output
     after = _each_cell_once(out)
     assert set(zip(kept["layer"], kept["batch_size"])) <= set(zip(after["layer"], after["batch_size"]))
     assert samples.read_text().endswith("\n") and "layer,o\n" not in samples.read_text()

@@ -203,3 +203,29 @@ def test_train_step_trains_and_restores_the_model(cpu, jit):
     runner.restore()
     for a, b in zip(start, model.get_weights()):
         np.testing.assert_array_equal(a, b)
+
+
+def _summary(seconds):
+    from tbs.measure.stats import Summary
+
+    return Summary(n=5, median_s=seconds, p25_s=seconds, p75_s=seconds, ci_low_s=seconds, ci_high_s=seconds)
+
+
+@pytest.mark.parametrize("alone_ms, both_ms, expected_ms", [
+    (3.0, 4.0, 3.0 - 2.0 / 4),  # in range: the backward alone, its one tape forward spread over 4 iterations
+    (26.0, 4.3, 4.3),  # the lone program missed the step's rewrite (oneDNN max-pool gradient): at most F+B
+    (0.4, 3.0, 1.0),  # the pair overlapped less than the lone backward says is possible: at least F+B - F
+])
+def test_the_backward_alone_is_kept_between_what_forward_plus_backward_allows(alone_ms, both_ms, expected_ms):
+    from tbs.measure.training import bounded_backward_s
+
+    got = bounded_backward_s(_summary(2e-3), _summary(alone_ms * 1e-3), _summary(both_ms * 1e-3), iterations=4)
+    assert got == pytest.approx(expected_ms * 1e-3)
+
+
+def test_graph_mode_times_the_forward_backward_pair_beside_the_backward_alone(cpu):
+    """cnn_flowers' max-pool backward read 26 ms alone and 4 ms beside its forward (oneDNN's workspace)."""
+    p = _programs(cpu, layers.MaxPooling2D(), [_floats(4, 16, 16, 8)], [True])
+    assert p.backward_runs_forward_once and p.forward_backward is not None
+    p.forward_backward(2)
+    assert _programs(cpu, layers.MaxPooling2D(), [_floats(4, 16, 16, 8)], [True], jit=True).forward_backward is None

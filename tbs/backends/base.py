@@ -47,6 +47,10 @@ class TrainingPrograms:
     # True where each call of ``backward`` runs the forward once before its loop (TensorFlow: the
     # tape its gradients read): the profiler takes forward / iterations off each backward sample.
     backward_runs_forward_once: bool = False
+    # The forward and backward in one program, as a train step runs them (TensorFlow, beside a
+    # backward timed alone): the backward is bounded by it, since graph rewrites that need both
+    # (oneDNN's pooling gradient reading its forward's workspace) reach only a backward beside its forward.
+    forward_backward: Runner | None = None
 
 
 @dataclass

@@ -10,7 +10,10 @@ loop, and every iteration runs the gradient ops alone from the saved activations
 (``backward_runs_forward_once``; the profiler spreads that one forward out of
 the samples). Timing forward+backward and subtracting the forward, as tbs did
 before, also subtracts what the two overlap on a second core: a small Dense's
-backward came out at a third of its forward. With --xla each call is one XLA
+backward came out at a third of its forward. The forward+backward pair is timed
+too (``forward_backward``) and bounds the lone backward: a gradient without its
+forward in the same graph can miss a rewrite the step gets (oneDNN's max-pool
+gradient from its forward's workspace). With --xla each call is one XLA
 computation whose ops run one after another, and there the forward+backward
 program less the forward is used (``backward_includes_forward``). The gradient
 is taken inside the device scope: a gradient runs where it is *called*, not
@@ -254,7 +257,7 @@ def training_programs(device: TFDevice, call: Callable[..., Any], tensors: list[
                if wanted and t.dtype.is_floating]
     weight_bytes = sum(_bytes(v.value.shape, v.value.dtype) or 0 for v in variables)
     forward = device.compile_blocked(call, tensors, jit, variables)
-    backward = update = residuals = None
+    backward = both = update = residuals = None
     slot_bytes = 0
     if trainable or flagged:
         want_update = bool(trainable) and make_optimizer is not None
@@ -267,6 +270,7 @@ def training_programs(device: TFDevice, call: Callable[..., Any], tensors: list[
             else:
                 backward = device._blocked(call, tensors, jit, 1, _backward_from_tape(call, trainable, flagged,
                                                                                       cotangents))
+                both = device.compile_blocked(step, tensors, jit, variables)
             residuals = residual_bytes(call, tensors, trainable, flagged, cotangents)
         if grads is not None and make_optimizer is not None:
             update, slot_bytes = _update(device, trainable, grads, make_optimizer, jit)
@@ -280,7 +284,7 @@ def training_programs(device: TFDevice, call: Callable[..., Any], tensors: list[
 
     return TrainingPrograms(forward=forward, backward=backward, backward_includes_forward=jit,
                             backward_runs_forward_once=not jit, update=update, weight_bytes=weight_bytes,
-                            slot_bytes=slot_bytes, residual_bytes=residuals, costs=costs)
+                            slot_bytes=slot_bytes, residual_bytes=residuals, costs=costs, forward_backward=both)
 
 
 class TrainStepRunner:
