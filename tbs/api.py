@@ -366,7 +366,7 @@ def render(profile: Profile | PathLike | None, fmt: str = "text", *, recommendat
     both are shown, with the layers whose cheapest device differs between them.
     """
     if not isinstance(fmt, str):
-        raise TbsError(f"fmt={fmt!r}: give a format name: text, html, json or csv")
+        raise TbsError(f"fmt={fmt!r}: give a format name: text, html, json, csv or predicted")
     for name, value in (("recommendation", recommendation), ("compare_recommendation", compare_recommendation)):
         if value is not None and not isinstance(value, (Recommendation, str)):
             raise TbsError(f"{name}: give a tbs.Recommendation (from tbs.recommend), not {type(value).__name__}")

@@ -119,6 +119,14 @@ def test_tbs_predict_writes_predictions_beside_the_profile(tmp_path: Path):
     done = runner.invoke(cli, ["predict", str(directory), "--device", "h100,tpu-v5e"])
     assert done.exit_code == 0, done.output
     assert "Predicted (not measured)" in done.output
+    # Per layer, the measured device beside each predicted one, with its band and price; the
+    # measured table is not printed again (no "cheapest" column of the console report).
+    header = next(line for line in done.output.splitlines() if "measured" in line and "predicted [90%]" in line)
+    assert "cpu:0 measured" in header and "h100 predicted [90%]" in header and "tpu-v5e $/1M" in header
+    layers = set(cpu_only().summary["layer"])
+    rows = [line.split()[0] for line in done.output.splitlines() if line.split() and line.split()[0] in layers]
+    assert set(rows) == layers and len(rows) == len(layers) * 2  # each layer once per batch size
+    assert " – " in done.output and "fastest" not in done.output.lower()
     saved = pd.read_csv(directory / "predictions.csv")
     assert set(saved["device"]) == {"h100", "tpu-v5e"}
     assert set(tbs.load(directory).predictions["device"]) == {"h100", "tpu-v5e"}

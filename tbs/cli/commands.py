@@ -124,8 +124,9 @@ def _interrupted(directory: Path) -> None:
 @click.option("--samples", type=click.IntRange(min=1), default=None, help="Also show the cost of a workload of N samples.")
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Write the HTML report here (self-contained).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "csv"]), default="text", show_default=True,
-              help="Terminal output when no -o is given.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "csv", "predicted"]), default="text",
+              show_default=True, help="Terminal output when no -o is given (predicted: tbs predict's per-layer "
+                                      "table of predicted devices).")
 def report(directories: tuple[Path, ...], prices: dict[str, float] | None, spot: dict[str, float] | None,
            price_file: Path | None, samples: int | None, output: Path | None, fmt: str) -> None:
     """Report saved profiles (several machines' profiles of one model merge) without measuring."""
@@ -195,7 +196,7 @@ def predict(directory: Path, targets: str, source: str | None, catalog: Path | N
         raise TbsError(f"--catalog: '{catalog}' does not exist; give a CSV with the columns of tbs/predictions/catalog.csv")
     result = api.predict(api.load(directory), targets, source=source, catalog=catalog, prices=prices)
     path = result.save_predictions()
-    click.echo(api.render(result, "text"))
+    click.echo(api.render(result, "predicted"))
     click.echo(f"\nPredictions saved in {path} (source=predicted; tbs report shows them apart; "
                f"tbs recommend --include-predicted uses them)")
 

@@ -10,16 +10,17 @@ from tbs.errors import TbsError
 from tbs.place.recommend import Recommendation
 from tbs.profiles.profile import Profile
 from tbs.report import compare as side_by_side
-from tbs.report import console, html, json
+from tbs.report import console, html, json, predicted_text
 from tbs.units import is_number
 
-FORMATS = ("text", "html", "json", "csv")
+FORMATS = ("text", "html", "json", "csv", "predicted")
 
 
 def render(profile: Profile | None, fmt: str = "text", recommendation: Recommendation | str | None = None,
            samples: int | None = None, compare: Profile | None = None,
            compare_recommendation: Recommendation | str | None = None) -> str:
-    """``fmt`` is text (console tables), html (the self-contained report), json or csv (the per-layer rows).
+    """``fmt`` is text (console tables), html (the self-contained report), json or csv (the per-layer rows),
+    or predicted (each layer's predicted devices beside the measured one it was scaled from, as text).
 
     ``recommendation`` adds the placement (a str says why there is none); ``samples``
     adds the cost of a workload of that many samples (in training: of one epoch); by default
@@ -39,6 +40,8 @@ def render(profile: Profile | None, fmt: str = "text", recommendation: Recommend
         recorded = profile.metadata.get("samples")
         samples = int(recorded) if is_number(recorded) and float(recorded) >= 1 else None
     if compare is not None:
+        if fmt == "predicted":
+            raise TbsError("format 'predicted' shows one profile's predictions: drop the comparison")
         pair = side_by_side.pair(profile, compare, recommendation, compare_recommendation)
         return {"html": lambda: side_by_side.render_html(pair, samples), "json": lambda: side_by_side.render_json(pair),
                 "csv": lambda: side_by_side.render_csv(pair), "text": lambda: side_by_side.render_text(pair, samples)
@@ -49,5 +52,7 @@ def render(profile: Profile | None, fmt: str = "text", recommendation: Recommend
         return json.render(profile, rec)
     if fmt == "csv":
         return profile.summary.to_csv(index=False)
+    if fmt == "predicted":
+        return predicted_text.render(profile)
     text = console.render(profile, samples)
     return text if rec is None else f"{text}\n\n{console.recommendation_text(rec)}"

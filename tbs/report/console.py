@@ -234,7 +234,7 @@ def predicted_lines(profile: Profile) -> str:
     methods = {str(m).split(";")[0] for m in whole["method"] if isinstance(m, str)}  # "roofline scaling from X"
     how = f" by {methods.pop()}" if len(methods) == 1 else ""
     lines = [f"Predicted (not measured){how}: whole model time per sample [90% band], USD per 1M samples. "
-             "Estimates, never measured here: measure on the device before deciding."]
+             "Estimates, never measured here: measure on the device before deciding."] if len(whole) else []
     for _, r in whole.sort_values("batch_size", kind="stable").iterrows():
         batch, cost = r["batch_size"], r["cost_per_sample_usd"]
         source = "" if how else f" ({str(r['method']).split(';')[0]})"
