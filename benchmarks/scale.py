@@ -114,7 +114,8 @@ def table(results: dict[str, dict]) -> str:
                 continue
             x = r[run]
             ratios = ", ".join(f"{b}: {v:.2f}" for b, v in x["sum_ratio"].items())
-            lines.append(f"| {case} | {r['batches']} | {'identical layers once' if run == 'dedupe' else '--no-dedupe'} "
+            label = ('identical layers once' if run == 'dedupe' else '--no-dedupe') + (' (earlier run)' if x.get('earlier') else '')
+            lines.append(f"| {case} | {r['batches']} | {label} "
                          f"| {x['wall_s'] / 60:.1f} min | {x['timed_s'] / 60:.1f} min | {x['overhead']:.2f}x "
                          f"| {x['rows']} | {x['shared']} | {x['noisy']} | {ratios} |")
     lines += ["", "Shared rows against the same layers measured on their own (the --no-dedupe run), and, for the "
@@ -148,7 +149,9 @@ def main() -> int:
             for case in args.cases:
                 model = build(case, root)
                 spec = dict(CASES[case], **({"batches": args.batch} if args.batch else {}))
-                r = {"batches": spec["batches"]}
+                earlier = results.get(case, {})  # without --full, the last --no-dedupe run stays, marked earlier
+                r = {"batches": spec["batches"], **{k: dict(earlier[k], earlier=True) for k in ("full", "compare")
+                                                    if k in earlier and not args.full}}
                 r["dedupe"] = profile(model, root / f"{case}-dedupe", spec["batches"], spec["training"], [])
                 if args.full:
                     r["full"] = profile(model, root / f"{case}-full", spec["batches"], spec["training"],
