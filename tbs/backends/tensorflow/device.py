@@ -48,7 +48,9 @@ class TFDevice(Device):
 
     backend = "tensorflow"
     backward_method = ("the gradients alone, each sample after one forward under a tape (a TensorFlow gradient "
-                       "needs the tape of its forward pass); with --xla the forward+backward program minus the forward")
+                       "needs the tape of its forward pass), kept between forward+backward minus the forward and "
+                       "forward+backward (timed together, as the step runs them); with --xla the forward+backward "
+                       "program minus the forward")
     train_step_memory_factor = 1.0  # measured 0.7 on CPU (cnn_flowers, batch 128)
 
     def __init__(self, kind: str, index: int, tf_name: str, description: str = "",
