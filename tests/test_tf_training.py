@@ -59,9 +59,9 @@ def _best_per_call(runners, iterations=200, rounds=7):
     return best
 
 
-def _backward_ratio(cpu, p, iterations=200):
+def _backward_ratio(cpu, p, iterations=200, rounds=7):
     """The backward alone over the forward, per call, harness taken off (each backward call runs one forward first)."""
-    harness, forward, backward = _best_per_call([cpu.harness(False), p.forward, p.backward], iterations)
+    harness, forward, backward = _best_per_call([cpu.harness(False), p.forward, p.backward], iterations, rounds)
     return (backward - harness - forward / iterations) / (forward - harness)
 
 
@@ -87,7 +87,8 @@ def test_a_small_dense_backward_is_not_undercounted(cpu):
     took that overlap off the backward.
     """
     p = _programs(cpu, layers.Dense(10), [_floats(32, 128)], [True])
-    assert _backward_ratio(cpu, p, iterations=1000) >= 0.7
+    # 0.3-0.5 the old way; about 1 now, and above 0.55 even on a loaded 2-core machine (best of 11 rounds).
+    assert _backward_ratio(cpu, p, iterations=1000, rounds=11) >= 0.55
 
 
 def test_nothing_to_differentiate_gives_no_backward_and_no_update(cpu):
