@@ -279,7 +279,7 @@ def recommend(profile: Profile | PathLike, objective: str = "cost", *, batch_siz
     ``include_predicted=True`` adds the profile's predicted devices (``tbs.predict``) as
     candidates; without it they are left out, and ``rec.predicted_note`` says so either way.
     """
-    from tbs.place.predicted import ignored_note, with_predictions
+    from tbs.place.predicted import band_dependence, ignored_note, with_predictions
     from tbs.place.recommend import recommend as solve
 
     if objective not in ("cost", "time"):
@@ -296,10 +296,14 @@ def recommend(profile: Profile | PathLike, objective: str = "cost", *, batch_siz
     if prices is not None or spot is not None:
         chosen = reprice(chosen, new_prices, discounts)
     note = ignored_note(chosen)
+    unplaced = chosen
     if include_predicted:
         chosen, note = with_predictions(chosen)
     rec = solve(chosen, objective, batch, billing, latency, budget)
     rec.predicted_note = note
+    if include_predicted and note:
+        rec.prediction_dependence = band_dependence(
+            unplaced, rec.chosen.placement, lambda p: solve(p, objective, batch, billing, latency, budget).chosen.placement)
     if verify:
         if include_predicted and note:
             raise TbsError("verify: predicted devices cannot be run here; verify without include_predicted")

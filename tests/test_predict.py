@@ -7,6 +7,7 @@ turns a blank or a sentinel into a number; the largest-batch search records fail
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 from pathlib import Path
 
@@ -69,7 +70,10 @@ def test_predictions_are_labelled_banded_priced_and_kept_apart():
     assert set(rows["source"]) == {"predicted"} and set(rows["device"]) == {"h100", "tpu-v5e"}
     timed = rows[rows["median_s"].notna()]
     assert (timed["low_s"] < timed["median_s"]).all() and (timed["median_s"] < timed["high_s"]).all()
-    assert timed["method"].str.startswith("roofline scaling from cpu:0").all()
+    on_gpu = timed["device"] == "h100"
+    assert timed.loc[on_gpu, "method"].str.startswith("GPU model (published measurements)").all()
+    assert timed.loc[~on_gpu, "method"].str.startswith("roofline scaling from cpu:0").all()
+    assert timed.loc[~on_gpu, "method"].str.contains("datasheet only").all()  # no TPU measurement backs it
     assert set(rows.loc[rows["median_s"].isna(), "layer"]) == {"flatten"}  # no FLOPs counted: not predicted
     assert rows.loc[rows["median_s"].isna(), "reason"].str.startswith("not predicted").all()
     conv = rows[(rows["layer"] == "conv") & (rows["device"] == "h100") & (rows["batch_size"] == 32)].iloc[0]
@@ -84,17 +88,36 @@ def test_predictions_are_labelled_banded_priced_and_kept_apart():
 
 
 def test_recommend_leaves_predicted_devices_out_unless_asked():
-    p = tbs.predict(cpu_only(), "h100")
+    p = tbs.predict(cpu_only(), "tpu-v5e")
     plain = tbs.recommend(p, "time")
-    assert set(plain.placement["device"]) == {"cpu:0"} and "left out (h100)" in plain.predicted_note
+    assert set(plain.placement["device"]) == {"cpu:0"} and "left out (tpu-v5e)" in plain.predicted_note
     assert "left out" in tbs.render(None, "text", recommendation=plain)
     mixed = tbs.recommend(p, "time", include_predicted=True)
-    assert "includes predicted devices (h100" in mixed.predicted_note
+    assert "includes predicted devices (tpu-v5e" in mixed.predicted_note
     placed = dict(zip(mixed.placement["layer"], mixed.placement["device"]))
-    assert placed["conv"] == "h100" and placed["flatten"] == "cpu:0"  # flatten has no prediction: it stays measured
-    assert "all on h100" not in {e.name for e in mixed.single_devices}  # not every layer has a prediction
+    assert placed["conv"] == "tpu-v5e" and placed["flatten"] == "cpu:0"  # flatten has no prediction: it stays measured
+    assert "all on tpu-v5e" not in {e.name for e in mixed.single_devices}  # not every layer has a prediction
     with pytest.raises(TbsError, match="predicted devices cannot be run here"):
         tbs.recommend(p, "time", include_predicted=True, verify=True)
+    # Which layers rest on a prediction, and whether their band could move them
+    rests = {r["layer"]: r for r in mixed.prediction_dependence}
+    assert rests["conv"]["device_predicted"] and "conv" in rests
+    assert all(r["at_band_low"] and r["at_band_high"] for r in rests.values())
+    assert "Layers resting on a prediction" in tbs.render(None, "text", recommendation=mixed)
+    assert plain.prediction_dependence == []
+
+
+def test_the_band_of_a_close_call_can_flip_a_placement():
+    measured = cpu_only()
+    p = tbs.predict(measured, "h100")
+    rows = p.predictions
+    cpu_pool = measured.summary.query("layer == 'pool' and batch_size == 32")["median_s"].iloc[0]
+    at = (rows["layer"] == "pool") & (rows["batch_size"] == 32)
+    # the pool's prediction a hair under the CPU's time, its band wide around it: the band could flip it
+    rows.loc[at, ["median_s", "low_s", "high_s"]] = [cpu_pool * 0.9, cpu_pool * 0.3, cpu_pool * 3]
+    rec = tbs.recommend(dataclasses.replace(p, predictions=rows), "time", batch_size=32, include_predicted=True)
+    pool = next(r for r in rec.prediction_dependence if r["layer"] == "pool")
+    assert pool["device"] == "h100" and pool["could_flip"] and pool["at_band_high"] == "cpu:0"
 
 
 def test_device_memory_is_a_hard_limit_on_placement():

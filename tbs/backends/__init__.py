@@ -33,6 +33,16 @@ _MODULES = {"tensorflow": "tensorflow", "jax": "jaxlib"}
 _INSTALL = {"tensorflow": "pip install tensorflow", "jax": "pip install 'tbs[jax]'"}
 
 
+# Recurrent layer types a backend runs on a GPU as one fused cuDNN kernel (Keras 3: TensorFlow picks
+# cuDNN for LSTM/GRU with their default activations; JAX runs every RNN as a loop of kernels).
+_FUSED_GPU_RNN = {"tensorflow": ("LSTM", "GRU"), "jax": ()}
+
+
+def fused_gpu_rnn_types(name: str) -> tuple[str, ...]:
+    """The layer types ``name`` runs as a fused cuDNN kernel on a GPU (the GPU model prices the rest as loops)."""
+    return _FUSED_GPU_RNN.get(name, ())
+
+
 def installed(name: str) -> str | None:
     """Why a backend cannot be used here, or None if it can."""
     if importlib.util.find_spec(_MODULES[name]) is None:

@@ -10,9 +10,11 @@ recommendation names the predicted devices and the assumption.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any, Callable
 
 import pandas as pd
 
+from tbs.errors import TbsError
 from tbs.measure.transfers import pair_key
 from tbs.profiles.profile import Profile
 from tbs.schema import Status
@@ -41,13 +43,17 @@ def ignored_note(profile: Profile) -> str:
             f"(include_predicted=True) to place on them")
 
 
-def with_predictions(profile: Profile) -> tuple[Profile, str]:
-    """The profile with its predicted layer cells as candidates, and the note the recommendation prints."""
+def with_predictions(profile: Profile, time_column: str = "median_s") -> tuple[Profile, str]:
+    """The profile with its predicted layer cells as candidates, and the note the recommendation prints.
+
+    ``time_column`` low_s or high_s puts every predicted time at that end of its 90% band.
+    """
     names = predicted_devices(profile)
     if not names:
         return profile, ""
     p = profile.predictions
     layers = p[(p["target"] == "layer") & p["device"].isin(names)].copy()
+    layers["median_s"] = pd.to_numeric(layers[time_column], errors="coerce")
     layers["status"] = Status.OK.value
     layers["reason"] = "predicted: " + layers["method"].astype(str)
     summary = pd.concat([profile.summary, layers[[c for c in layers.columns if c in profile.summary.columns]]],
@@ -63,5 +69,31 @@ def with_predictions(profile: Profile) -> tuple[Profile, str]:
             transfers[pair_key(name, host)] = dict(ASSUMED_LINK)
     metadata["transfers"] = transfers
     metadata["predicted_devices"] = names  # priced by their own id only, never by a measured kind's price
-    note = f"includes predicted devices ({', '.join(names)}: roofline scaling, not measured); {ASSUMPTION}"
+    note = f"includes predicted devices ({', '.join(names)}: predicted, not measured); {ASSUMPTION}"
     return replace(profile, summary=summary, metadata=metadata), note
+
+
+def band_dependence(profile: Profile, placement: dict[str, str],
+                    solve: Callable[[Profile], dict[str, str]]) -> list[dict[str, Any]]:
+    """Which layers' device rests on a prediction, and whether the 90% band could change it.
+
+    The placement is solved again with every predicted time at the low end of its band and
+    at the high end (all together: one device's predictions err together); a layer whose
+    device differs in either would flip within the band.
+    """
+    names = set(predicted_devices(profile))
+    ends = {}
+    for end in ("low_s", "high_s"):
+        try:
+            ends[end] = solve(with_predictions(profile, end)[0])
+        except TbsError as exc:  # e.g. a latency cap no placement meets at that end
+            ends[end] = {"error": str(exc)}
+    rows = []
+    for layer, device in placement.items():
+        flips = {end: chosen.get(layer) for end, chosen in ends.items() if chosen.get(layer, device) != device}
+        if device not in names and not flips:
+            continue
+        rows.append({"layer": layer, "device": device, "device_predicted": device in names,
+                     "at_band_low": ends["low_s"].get(layer, ""), "at_band_high": ends["high_s"].get(layer, ""),
+                     "could_flip": bool(flips)})
+    return rows

@@ -208,6 +208,8 @@ class Recommendation:
     verification: Any = None  # a verify.Verification once the placement has been run for real
     # Whether predicted (not measured) devices took part, or were left out: every output prints it.
     predicted_note: str = ""
+    # With predicted devices: per layer placed on one, or that the band could move (place.predicted.band_dependence).
+    prediction_dependence: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def batch_size(self) -> int:

@@ -46,6 +46,11 @@ class CatalogDevice:
     float32_matmul_runs_as: str
     memory_bytes: float | None
     memory_bandwidth_bytes_per_s: float | None
+    sm_count: int | None  # a GPU's streaming multiprocessors: the GPU model's waves of tiles
+    base_clock_hz: float | None  # base and boost clocks: how much of its peak a GPU sustains
+    boost_clock_hz: float | None
+    l2_bytes: float | None
+    architecture: str  # turing, ampere, ada, hopper: the GPU model's per-architecture correction
     usd_per_hour: float | None
     spot_usd_per_hour: float | None
     price: dict[str, str]  # provider, region, instance, includes_host, date, source
@@ -75,6 +80,9 @@ def _device(row: pd.Series) -> CatalogDevice:
         float32_matmul_runs_as=text("float32_matmul_runs_as") or "float32",
         memory_bytes=_value(row.get("memory_bytes")),
         memory_bandwidth_bytes_per_s=_value(row.get("memory_bandwidth_bytes_per_s")),
+        sm_count=int(sms) if (sms := _value(row.get("sm_count"))) is not None else None,
+        base_clock_hz=_value(row.get("base_clock_hz")), boost_clock_hz=_value(row.get("boost_clock_hz")),
+        l2_bytes=_value(row.get("l2_bytes")), architecture=text("architecture").lower(),
         usd_per_hour=None if price in PRICE_SENTINELS else price,
         spot_usd_per_hour=None if spot in PRICE_SENTINELS else spot,
         price={k: text(f"price_{k}") for k in ("provider", "region", "instance", "includes_host", "date", "source")},

@@ -149,6 +149,11 @@ def predict_rows(profile: Profile, target: CatalogDevice, source_device: str, ac
     kind = next((str(k) for k in profile.summary.loc[profile.summary["device"] == source_device, "device_kind"]), "")
     base = {"device": target.id, "device_kind": target.kind, "source": PREDICTED, "predicted_from": source_device,
             "usd_per_hour": target.usd_per_hour, "price_source": target.price.get("source", "")}
+    if target.kind == "gpu" and kind != "gpu":  # CPU -> GPU: the GPU model, from the work alone
+        from tbs.predictions.gpu_predict import gpu_rows
+        from tbs.predictions.reference import fitted_model
+
+        return gpu_rows(profile, target, source_device, fitted_model(), base, dtype)
     if src is None or dst is None:
         why = (f"{source_device} has no calibration in this profile" if src is None
                else f"the catalog lacks {target.id}'s peak FLOP/s or bandwidth")
@@ -158,7 +163,9 @@ def predict_rows(profile: Profile, target: CatalogDevice, source_device: str, ac
     if sigma is None:
         sigma = math.hypot(spread if spread is not None else SAME_KIND_SIGMA,
                            SAME_KIND_SIGMA if target.kind == kind else CROSS_KIND_SIGMA)
-    method = (f"{METHOD} from {source_device} ({profile.backend}); achievable {achievable['flops']:.0%} of peak "
+    datasheet = "; datasheet only (no published per-op measurement of this kind of device)" \
+        if target.kind != kind else ""
+    method = (f"{METHOD} from {source_device} ({profile.backend}){datasheet}; achievable {achievable['flops']:.0%} of peak "
               f"FLOP/s, {achievable['bandwidth']:.0%} of bandwidth; float32 matmul as {target.float32_matmul_runs_as}; "
               f"90% band x/÷{math.exp(Z90 * sigma):.2f}")
     out = []
@@ -211,7 +218,8 @@ def measured_device(name: str, kind: str, calibration: Mapping[str, Any]) -> Cat
     """
     flops, bandwidth = ceilings(calibration)
     return CatalogDevice(id=name, kind=kind, name=name, unit="measured", peaks_flops_per_s={"float32": flops or 0.0},
-                         float32_matmul_runs_as="float32", memory_bytes=None, memory_bandwidth_bytes_per_s=bandwidth,
+                         float32_matmul_runs_as="float32", memory_bytes=None, memory_bandwidth_bytes_per_s=bandwidth, sm_count=None,
+                         base_clock_hz=None, boost_clock_hz=None, l2_bytes=None, architecture="",
                          usd_per_hour=None, spot_usd_per_hour=None, price={}, spec_source="calibration", notes="")
 
 

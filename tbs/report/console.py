@@ -280,9 +280,22 @@ def recommendation_text(rec: Recommendation) -> str:
             f"{format_usd(e.per_sample(batch)['usd_per_1m_samples'])}/1M" for e in rec.frontier)]
     if rec.predicted_note:
         lines += ["", f"Note: {rec.predicted_note}"]
+    lines += dependence_lines(rec)
     if rec.verification is not None:
         lines.append(verification_text(rec.verification))
     return "\n".join(lines)
+
+
+def dependence_lines(rec: Recommendation) -> list[str]:
+    """Which layers' device rests on a prediction, and whether its band could move them."""
+    if not rec.prediction_dependence:
+        return []
+    rows = [{"layer": r["layer"], "device": r["device"] + (" (predicted)" if r["device_predicted"] else ""),
+             "at band low": r["at_band_low"] or "–", "at band high": r["at_band_high"] or "–",
+             "band could flip it": "yes" if r["could_flip"] else "no"} for r in rec.prediction_dependence]
+    flips = sum(r["could_flip"] for r in rec.prediction_dependence)
+    return ["", f"Layers resting on a prediction (solved again with every predicted time at its 90% band's low and "
+                f"high end): {flips} of {len(rows)} could flip", pd.DataFrame(rows).to_string(index=False)]
 
 
 def verification_text(ver: Verification) -> str:

@@ -253,6 +253,9 @@ def section_placement(data: ReportData) -> str:
             f"<code>tbs recommend {_esc(data.profile.directory)} --verify</code>.</p>"
             + (f'<p class="inactive">{_esc(rec.predicted_note)}</p>' if rec.predicted_note else "")
             + f"{_table(pd.DataFrame(totals))}{_table(rows)}"
+            + (f"<p>Layers resting on a prediction (solved again with every predicted time at its 90% band's low "
+               f"and high end):</p>{_table(pd.DataFrame(rec.prediction_dependence))}"
+               if rec.prediction_dependence else "")
             + (_figure(fig) if rec.frontier else ""))
 
 

@@ -1,0 +1,132 @@
+"""How far the GPU model's predictions are from published GPU measurements it was not fitted on.
+
+Leave one GPU out: fit the model's constants on the reference rows of every other GPU, predict
+the held-out GPU's rows from its datasheet alone (SMs, peaks, bandwidth), and compare with
+what was measured on it. Per held-out GPU and layer kind:
+
+- median and 90th percentile of |log(predicted / measured)|, shown as a factor - 1 (25% = 1.25x);
+- Spearman rank correlation of predicted and measured times;
+- the 90% band's coverage (the band is the fitted rows' residual 5th-95th percentiles, so it is
+  held out too) and its width (high / low);
+- the cross-device ratio: for a shape measured on the held-out GPU and another GPU, predicted
+  ratio against measured ratio (median |log| error, and how often the faster GPU is named right).
+
+    python benchmarks/predict_gpu.py --out benchmarks/predict_gpu.md     # ~1 min
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.stats import spearmanr
+
+from common import ROOT
+
+from tbs.predictions.gpu_model import predict_frame  # noqa: E402
+from tbs.predictions.reference import fit_table, reference_table  # noqa: E402
+
+TARGETS = {"median": math.log(1.25), "p90": math.log(2.0), "spearman": 0.9, "coverage": 0.85, "width": 3.0}
+SHAPE = ["source", "op", "kind", "phase", "precision", "m", "n", "k", "count", "steps", "in_m", "in_n", "in_k",
+         "flops", "bytes"]
+MIN_PAIR_SHAPES = 20
+
+
+def held_out(table: pd.DataFrame) -> pd.DataFrame:
+    """Every row predicted by a model fitted without its GPU, with that model's band."""
+    parts = []
+    for device in sorted(table["device"].unique()):
+        train, test = table[table["device"] != device], table[table["device"] == device].copy()
+        model = fit_table(train)
+        test["predicted_s"] = predict_frame(test, model)
+        test["low_s"] = [p * math.exp(model.bands.get(k, (-np.inf, 0))[0]) for p, k in zip(test["predicted_s"], test["kind"])]
+        test["high_s"] = [p * math.exp(model.bands.get(k, (0, np.inf))[1]) for p, k in zip(test["predicted_s"], test["kind"])]
+        parts.append(test)
+    out = pd.concat(parts, ignore_index=True)
+    out["log_error"] = np.log(out["predicted_s"] / out["measured_s"])
+    return out
+
+
+def summarise(rows: pd.DataFrame) -> dict:
+    errors = rows["log_error"].abs()
+    rho = spearmanr(rows["predicted_s"], rows["measured_s"]).statistic if len(rows) > 2 else float("nan")
+    covered = ((rows["measured_s"] >= rows["low_s"]) & (rows["measured_s"] <= rows["high_s"])).mean()
+    return {"rows": int(len(rows)), "median": float(errors.median()), "p90": float(errors.quantile(0.9)),
+            "spearman": float(rho), "coverage": float(covered), "width": float((rows["high_s"] / rows["low_s"]).median())}
+
+
+def ratio_errors(rows: pd.DataFrame) -> pd.DataFrame:
+    """Pairs of GPUs that measured the same shape: predicted against measured ratio of their times."""
+    keyed = rows.assign(key=rows[SHAPE].astype(str).agg("|".join, axis=1))
+    merged = keyed.merge(keyed, on="key", suffixes=("", "_other"))
+    merged = merged[merged["device"] < merged["device_other"]]
+    measured = np.log(merged["measured_s"] / merged["measured_s_other"])
+    predicted = np.log(merged["predicted_s"] / merged["predicted_s_other"])
+    return pd.DataFrame({"pair": merged["device"] + " vs " + merged["device_other"], "error": (predicted - measured).abs(),
+                         "right": np.sign(predicted) == np.sign(measured)})
+
+
+def percent(log_value: float) -> str:
+    return f"{math.exp(log_value) - 1:.0%}"
+
+
+def table_lines(rows: pd.DataFrame) -> list[str]:
+    lines = ["| held-out GPU | kind | rows | median error | p90 error | Spearman | band coverage | band width | meets target |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for (device, kind), group in rows.groupby(["device", "kind"]):
+        s = summarise(group)
+        misses = [name for name, ok in (("median", s["median"] <= TARGETS["median"]), ("p90", s["p90"] <= TARGETS["p90"]),
+                                        ("Spearman", s["spearman"] >= TARGETS["spearman"]),
+                                        ("coverage", s["coverage"] >= TARGETS["coverage"])) if not ok]
+        lines.append(f"| {device} | {kind} | {s['rows']} | {percent(s['median'])} | {percent(s['p90'])} | "
+                     f"{s['spearman']:.3f} | {s['coverage']:.0%} | {s['width']:.2f}x | "
+                     f"{'yes' if not misses else 'no: ' + ', '.join(misses)} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    table = reference_table()
+    rows = held_out(table)
+    whole = fit_table(table)
+    lines = [f"Leave-one-GPU-out over {len(table)} published measurements "
+             f"({', '.join(f'{s}: {n}' for s, n in table['source'].value_counts().items())}); "
+             "`python benchmarks/predict_gpu.py`. Errors are |log(predicted/measured)| shown as a factor - 1.", "",
+             "Per held-out GPU, all kinds:", "",
+             "| held-out GPU | rows | median error | p90 error | Spearman | band coverage |", "|---|---:|---:|---:|---:|---:|",
+             *[f"| {d} | {s['rows']} | {percent(s['median'])} | {percent(s['p90'])} | {s['spearman']:.3f} | {s['coverage']:.0%} |"
+               for d, s in ((d, summarise(g)) for d, g in rows.groupby("device"))],
+             "", "Per held-out GPU and kind:", "", *table_lines(rows), "", "All held-out rows per kind:", "",
+             "| kind | rows | median error | p90 error | Spearman | band coverage | band width |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for kind, group in rows.groupby("kind"):
+        s = summarise(group)
+        lines.append(f"| {kind} | {s['rows']} | {percent(s['median'])} | {percent(s['p90'])} | {s['spearman']:.3f} | "
+                     f"{s['coverage']:.0%} | {s['width']:.2f}x |")
+    ratios = ratio_errors(rows)
+    lines += ["", f"Cross-device ratios (the same shape measured on two GPUs, each predicted with its own GPU held out; "
+                  f"pairs with at least {MIN_PAIR_SHAPES} shapes):", "",
+              "| GPU pair | shapes | median ratio error | faster GPU named right |", "|---|---:|---:|---:|"]
+    for pair, group in ratios.groupby("pair"):
+        if len(group) < MIN_PAIR_SHAPES:
+            continue
+        lines.append(f"| {pair} | {len(group)} | {percent(group['error'].median())} | {group['right'].mean():.0%} |")
+    lines += ["", "Constants fitted on every row (what `tbs predict` uses): "
+              + ", ".join(f"{k} {v:.3g}" for k, v in whole.constants().items()), ""]
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+        rows_path = ROOT / "benchmarks" / "rows" / "predict_gpu.json"
+        summaries = {f"{device}/{kind}": summarise(group) for (device, kind), group in rows.groupby(["device", "kind"])}
+        rows_path.write_text(json.dumps({"constants": whole.constants(), "bands": whole.bands,
+                                         "held_out": summaries}, indent=1, default=float))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,306 @@
+"""A GPU's time for a layer from its work and the GPU's datasheet, with constants fitted on published measurements.
+
+For each kernel a layer launches:
+
+    t = launch + max(compute, bytes / (bandwidth x memory_efficiency))
+
+``compute`` is a GEMM as a GPU library runs it: the M x N output cut into tiles, the tiles (and
+slices of K, split-K) spread over the SMs in waves, each wave running at the SM's share of the
+datasheet peak for the precision times an efficiency (per kind: GEMM or convolution; CUDA cores
+or tensor cores), smaller tiles running less efficiently (area^tile_exponent). The library's
+choice is taken to be the fastest of those shapes. Wave quantization is what a roofline misses:
+a 64 x 64 GEMM takes a few tiles of one wave whatever the GPU's peak. A recurrent layer is its
+input projection plus ``steps`` sequential step GEMMs, each with a per-step cost (cuDNN's fused
+kernel) or three kernel launches (a loop). Memory-bound kinds move their bytes.
+
+The constants are the same for every GPU (a held-out GPU is predicted from its datasheet alone);
+they are fitted in log error on the reference measurements (tbs/predictions/reference), and the
+5th/95th percentiles of each kind's residuals are its 90% band.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from tbs.predictions.work import CONV, GEMM, LOOP_KERNELS_PER_STEP, MEMORY, PHASE_GEMMS, RECURRENT, Work
+
+# The output tiles a GEMM library picks from (narrow ones for a GEMM with few rows or columns).
+TILES = ((128, 128), (128, 64), (64, 128), (64, 64), (64, 32), (32, 64), (32, 32), (256, 16), (16, 256))
+SPLITS = (1, 2, 4, 8, 16)  # split-K factors, each slice at least MIN_SPLIT_K deep
+MIN_SPLIT_K = 128
+REFERENCE_TILE = 128 * 128
+TENSOR_CORE_PRECISIONS = ("tf32", "fp16", "bf16", "mixed")
+PEAK_OF = {"mixed": "fp16", "bf16": "fp16"}  # fp16 inputs, fp32 accumulation: the half-precision peak
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """What the model knows of a GPU: its datasheet."""
+
+    id: str
+    sm_count: int
+    peaks_flops_per_s: Mapping[str, float]  # fp32 / tf32 / fp16 dense peaks (at the boost clock)
+    memory_bandwidth_bytes_per_s: float
+    base_clock_hz: float | None = None  # a low-power GPU sustains far less than its boost clock under load
+    boost_clock_hz: float | None = None
+    l2_bytes: float | None = None  # data that fits is re-read from L2, faster than DRAM
+    architecture: str = ""  # e.g. ampere: reference GPUs of the same architecture share a correction
+
+    def clock_factor(self, sustained: float) -> float:
+        """The fraction of the boost clock sustained: base + ``sustained`` x (boost - base), over boost."""
+        if not (self.base_clock_hz and self.boost_clock_hz):
+            return 1.0
+        return (self.base_clock_hz + sustained * (self.boost_clock_hz - self.base_clock_hz)) / self.boost_clock_hz
+
+    def peak(self, precision: str) -> float | None:
+        return self.peaks_flops_per_s.get(precision)
+
+
+@dataclass
+class GpuModel:
+    """The fitted constants, shared by every GPU, and each kind's residual band (log, 5th and 95th percentiles)."""
+
+    gemm_efficiency_cuda_cores: float = 0.7
+    gemm_efficiency_tensor_cores: float = 0.6
+    conv_efficiency_cuda_cores: float = 0.6
+    conv_efficiency_tensor_cores: float = 0.5
+    tile_exponent: float = 0.3
+    launch_s: float = 5e-6
+    memory_efficiency: float = 0.8
+    fused_step_s: float = 2e-6
+    sustained_clock: float = 0.6  # where between base and boost clock a GPU runs long GEMMs
+    l2_gain: float = 1.5  # bandwidth multiple for data that fits in L2
+    winograd_gain: float = 2.0  # how much faster a 3x3 stride-1 convolution runs than its direct FLOPs say
+    # A framework's own cost per op where the reference timed framework calls (PyTorch), not kernels; never
+    # added to a prediction (tbs times compiled programs: the kernels).
+    framework_overhead_s: float = 1e-5
+    # Per architecture, the median log error left after the shared constants, for compute kinds and for
+    # memory-bound ones: what the datasheet does not show (e.g. Maxwell's GEMMs reach less of their peak).
+    architecture_log_scale: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Per kind, the median log error left along the size of the work (log10 FLOPs per SM; bytes for
+    # memory-bound kinds) as (x, y) knots: the efficiency curve the constants alone do not bend to.
+    size_curves: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    bands: dict[str, tuple[float, float]] = field(default_factory=dict)
+    fitted_on: dict[str, int] = field(default_factory=dict)  # rows per kind the constants were fitted on
+
+    def constants(self) -> dict[str, float]:
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in ("bands", "fitted_on", "architecture_log_scale", "size_curves")}
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def frame_of(works: Iterable[Work], precisions: Iterable[str], specs: Iterable[GpuSpec]) -> pd.DataFrame:
+    """Works on GPUs as the table the model computes on (one row per work, its GPU's datasheet beside it)."""
+    rows = []
+    for work, precision, spec in zip(works, precisions, specs):
+        in_m, in_n, in_k = work.input_gemm or (0, 0, 0)
+        peak = spec.peak(PEAK_OF.get(precision, precision)) or spec.peak("fp32") or float("nan")
+        rows.append({**{f.name: getattr(work, f.name) for f in fields(work) if f.name != "input_gemm"},
+                     "in_m": in_m, "in_n": in_n, "in_k": in_k, "precision": precision,
+                     "tensor_cores": precision in TENSOR_CORE_PRECISIONS, "sm_count": spec.sm_count,
+                     "peak_flops_per_s": peak, "bandwidth_bytes_per_s": spec.memory_bandwidth_bytes_per_s,
+                     "base_clock_hz": spec.base_clock_hz or np.nan, "boost_clock_hz": spec.boost_clock_hz or np.nan,
+                     "l2_bytes": spec.l2_bytes or np.nan, "architecture": spec.architecture})
+    return pd.DataFrame(rows)
+
+
+def _options() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    tiles = [(tm, tn, split) for tm, tn in TILES for split in SPLITS]
+    return tuple(np.array([t[i] for t in tiles], dtype=float) for i in range(3)) + (  # type: ignore[return-value]
+        np.array([tm * tn / REFERENCE_TILE for tm, tn, _ in tiles]),)
+
+
+TILE_M, TILE_N, SPLIT, TILE_AREA = _options()
+
+
+def gemm_slots(m: np.ndarray, n: np.ndarray, k: np.ndarray, count: np.ndarray, sm_count: np.ndarray) -> np.ndarray:
+    """Per GEMM and tiling (tile x split-K): the FLOPs one SM runs, waves x one tile's FLOPs (inf: not allowed)."""
+    m, n, k, count, sm_count = (np.asarray(v, dtype=float)[:, None] for v in (m, n, k, count, sm_count))
+    tiles = np.ceil(m / TILE_M) * np.ceil(n / TILE_N) * count
+    depth = np.ceil(k / SPLIT)
+    waves = np.ceil(tiles * SPLIT / sm_count)
+    slots = waves * 2.0 * TILE_M * TILE_N * depth
+    return np.where((SPLIT == 1) | (depth >= MIN_SPLIT_K), slots, np.inf)
+
+
+def gemm_seconds(slots: np.ndarray, sm_flops_per_s: np.ndarray, tile_exponent: float) -> np.ndarray:
+    """The fastest tiling of each GEMM: smaller tiles run at area^tile_exponent of a 128 x 128 tile's rate."""
+    return (slots / TILE_AREA ** tile_exponent).min(axis=1) / sm_flops_per_s
+
+
+def gemm_shapes(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Every GEMM each row may run, as tilings (they do not depend on the constants: a fit computes them once)."""
+    m, n, k, count, sms = (frame[c].to_numpy(dtype=float) for c in ("m", "n", "k", "count", "sm_count"))
+    steps = frame["steps"].to_numpy(dtype=float)
+    in_m, in_n, in_k = (np.maximum(frame[c].to_numpy(dtype=float), 1.0) for c in ("in_m", "in_n", "in_k"))
+    ones = np.ones_like(m)
+    shapes = {"forward": gemm_slots(m, n, k, count, sms), "grad_x": gemm_slots(m, k, n, count, sms),
+              "grad_w": gemm_slots(k, n, m, count, sms), "projection": gemm_slots(in_m, in_n, in_k, ones, sms),
+              "projection_grad_x": gemm_slots(in_m, in_k, in_n, ones, sms),
+              "projection_grad_w": gemm_slots(in_k, in_n, in_m, ones, sms),
+              "steps_grad_w": gemm_slots(k, n, m * steps, ones, sms)}
+    return shapes
+
+
+def predict_frame(frame: pd.DataFrame, model: GpuModel, shapes: dict[str, np.ndarray] | None = None) -> np.ndarray:
+    """Seconds for every row of ``frame_of``'s table (``shapes``: its ``gemm_shapes``, when already known)."""
+    kind = frame["kind"].to_numpy()
+    tensor = frame["tensor_cores"].to_numpy(dtype=bool)
+    conv = kind == CONV
+    efficiency = np.where(conv, np.where(tensor, model.conv_efficiency_tensor_cores, model.conv_efficiency_cuda_cores),
+                          np.where(tensor, model.gemm_efficiency_tensor_cores, model.gemm_efficiency_cuda_cores))
+    sms = frame["sm_count"].to_numpy(dtype=float)
+    base, boost = frame["base_clock_hz"].to_numpy(dtype=float), frame["boost_clock_hz"].to_numpy(dtype=float)
+    clock = np.nan_to_num((base + model.sustained_clock * (boost - base)) / boost, nan=1.0)
+    sm_rate = frame["peak_flops_per_s"].to_numpy(dtype=float) / sms * efficiency * clock
+    shapes = shapes if shapes is not None else gemm_shapes(frame)
+    seconds = {name: gemm_seconds(slots, sm_rate, model.tile_exponent) for name, slots in shapes.items()}
+    fast = np.where(frame["winograd"].to_numpy(dtype=bool) & conv, model.winograd_gain, 1.0) \
+        if "winograd" in frame else 1.0
+    forward, grad_x, grad_w = seconds["forward"] / fast, seconds["grad_x"] / fast, seconds["grad_w"] / fast
+    gemms = frame["phase"].map(PHASE_GEMMS).fillna(1).to_numpy(dtype=float)
+    phase = frame["phase"].to_numpy()
+    compute = np.select([phase == "backward_data", phase == "backward_weight", phase == "backward",
+                         phase == "training"], [grad_x, grad_w, grad_x + grad_w, forward + grad_x + grad_w], forward)
+    moved = frame["bytes"].to_numpy(dtype=float)
+    in_l2 = moved <= np.nan_to_num(frame["l2_bytes"].to_numpy(dtype=float), nan=0.0)
+    memory = moved / (frame["bandwidth_bytes_per_s"].to_numpy(dtype=float) * model.memory_efficiency
+                      * np.where(in_l2, model.l2_gain, 1.0))
+    launches = gemms * model.launch_s
+    matmul = launches + np.maximum(compute, memory)
+    weight_bytes = frame["n"].to_numpy(dtype=float) * frame["k"].to_numpy(dtype=float) * np.where(
+        frame["precision"].isin(["fp16", "mixed", "bf16"]).to_numpy(), 2.0, 4.0)  # read again every step
+    step_memory = weight_bytes / (frame["bandwidth_bytes_per_s"].to_numpy(dtype=float) * model.memory_efficiency
+                                  * np.where(weight_bytes <= np.nan_to_num(frame["l2_bytes"].to_numpy(dtype=float)),
+                                             model.l2_gain, 1.0))
+    for name in ("forward", "grad_x"):
+        seconds["step_" + name] = np.maximum(seconds[name] / fast, step_memory)
+    recurrent = np.maximum(_recurrent_seconds(frame, phase, seconds, model), launches + memory)
+    overhead = np.where(frame["framework_overhead"].to_numpy(dtype=bool), model.framework_overhead_s, 0.0) \
+        if "framework_overhead" in frame else 0.0
+    seconds = overhead + np.select([kind == MEMORY, kind == RECURRENT], [model.launch_s + memory, recurrent], matmul)
+    return seconds * np.exp(_architecture_scale(frame, model) + _size_correction(frame, model))
+
+
+def _size(frame: pd.DataFrame) -> np.ndarray:
+    """Where a row sits on its kind's efficiency curve: log10 FLOPs per SM, or log10 bytes when memory-bound."""
+    kind = frame["kind"].to_numpy()
+    flops_per_sm = frame["flops"].to_numpy(dtype=float) / frame["sm_count"].to_numpy(dtype=float)
+    return np.log10(np.maximum(np.where(kind == MEMORY, frame["bytes"].to_numpy(dtype=float), flops_per_sm), 1.0))
+
+
+def _size_correction(frame: pd.DataFrame, model: GpuModel) -> np.ndarray:
+    out = np.zeros(len(frame))
+    if not model.size_curves:
+        return out
+    kind, size = frame["kind"].to_numpy(), _size(frame)
+    for name, (xs, ys) in model.size_curves.items():
+        chosen = kind == name
+        out[chosen] = np.interp(size[chosen], xs, ys)
+    return out
+
+
+def _curve(size: np.ndarray, errors: np.ndarray, per_bin: int = 40) -> tuple[list[float], list[float]]:
+    """Median error in bins of equal count along the size (at least ``per_bin`` rows a bin)."""
+    order = np.argsort(size)
+    bins = max(1, min(12, len(order) // per_bin))
+    xs, ys = [], []
+    for part in np.array_split(order, bins):
+        xs.append(float(np.median(size[part])))
+        ys.append(float(np.median(errors[part])))
+    return xs, ys
+
+
+def _group(kind: np.ndarray) -> np.ndarray:
+    return np.where(kind == MEMORY, "memory", "compute")
+
+
+def _architecture_scale(frame: pd.DataFrame, model: GpuModel) -> np.ndarray:
+    if not model.architecture_log_scale or "architecture" not in frame:
+        return np.zeros(len(frame))
+    return np.array([model.architecture_log_scale.get(a, {}).get(g, 0.0)
+                     for a, g in zip(frame["architecture"], _group(frame["kind"].to_numpy()))])
+
+
+def _recurrent_seconds(frame: pd.DataFrame, phase: np.ndarray, seconds: dict[str, np.ndarray],
+                       model: GpuModel) -> np.ndarray:
+    """An RNN: the inputs' projection at once, then ``steps`` sequential step GEMMs (forward, or dX backward),
+    each at least the time to read the recurrent weights again; the weights' gradient is one GEMM over every step."""
+    steps = frame["steps"].to_numpy(dtype=float)
+    per_step = np.where(frame["fused"].to_numpy(dtype=bool), model.fused_step_s, LOOP_KERNELS_PER_STEP * model.launch_s)
+    projected = frame["in_m"].to_numpy(dtype=float) > 0  # else the inputs' projection was not timed
+    forward = model.launch_s + projected * seconds["projection"] + steps * (per_step + seconds["step_forward"])
+    grad_data = model.launch_s + projected * seconds["projection_grad_x"] + steps * (per_step + seconds["step_grad_x"])
+    grad_weight = model.launch_s + seconds["steps_grad_w"] + projected * seconds["projection_grad_w"]
+    return np.select([phase == "backward_data", phase == "backward_weight", phase == "backward", phase == "training"],
+                     [grad_data, grad_weight, grad_data + grad_weight, forward + grad_data + grad_weight], forward)
+
+
+# Which constants each kind of reference row can pin down (the others keep their prior values).
+_FITTED_BY = {
+    (GEMM, False): ("gemm_efficiency_cuda_cores", "tile_exponent", "launch_s", "sustained_clock"),
+    (GEMM, True): ("gemm_efficiency_tensor_cores", "tile_exponent", "launch_s"),
+    (CONV, False): ("conv_efficiency_cuda_cores", "winograd_gain"),
+    (CONV, True): ("conv_efficiency_tensor_cores",),
+    (MEMORY, False): ("memory_efficiency", "launch_s", "l2_gain", "framework_overhead_s"),
+    (RECURRENT, False): ("fused_step_s",),
+    (RECURRENT, True): ("fused_step_s",),
+}
+_BOUNDS = {"tile_exponent": (1e-3, 1.5), "launch_s": (5e-7, 5e-5), "fused_step_s": (1e-7, 1e-4),
+           "sustained_clock": (1e-3, 1.0), "l2_gain": (1.0, 10.0), "framework_overhead_s": (1e-7, 1e-4),
+           "winograd_gain": (1.0, 4.0)}
+
+
+def fit(frame: pd.DataFrame, measured_s: np.ndarray, prior: GpuModel | None = None) -> GpuModel:
+    """Constants minimising the squared log error on reference rows; each kind's 90% band from its residuals."""
+    from scipy.optimize import least_squares
+
+    model = prior or GpuModel()
+    present = {(kind, bool(tc) and kind != MEMORY) for kind, tc in zip(frame["kind"], frame["tensor_cores"])}
+    names = sorted({name for key in present for name in _FITTED_BY.get(key, ())})
+    if not names:
+        raise ValueError("no reference rows to fit on")
+    lower = np.log([_BOUNDS.get(n, (1e-3, 1.0))[0] for n in names])
+    upper = np.log([_BOUNDS.get(n, (1e-3, 1.0))[1] for n in names])
+    start = np.clip(np.log([getattr(model, n) for n in names]), lower + 1e-9, upper - 1e-9)
+    target = np.log(measured_s)
+
+    shapes = gemm_shapes(frame)
+
+    def residuals(logs: np.ndarray) -> np.ndarray:
+        trial = GpuModel(**{**model.constants(), **dict(zip(names, np.exp(logs)))})
+        return np.log(predict_frame(frame, trial, shapes)) - target
+
+    solution = least_squares(residuals, start, bounds=(lower, upper), loss="soft_l1", f_scale=0.3, diff_step=1e-3)
+    fitted = GpuModel(**{**model.constants(), **dict(zip(names, map(float, np.exp(solution.x))))})
+    errors = target - np.log(predict_frame(frame, fitted, shapes))
+    sizes = _size(frame)
+    for kind in sorted(set(frame["kind"])):
+        chosen = (frame["kind"] == kind).to_numpy()
+        fitted.size_curves[kind] = _curve(sizes[chosen], errors[chosen])
+    errors = target - np.log(predict_frame(frame, fitted, shapes))
+    if "architecture" in frame:
+        groups = pd.DataFrame({"architecture": frame["architecture"].to_numpy(), "error": errors,
+                               "group": _group(frame["kind"].to_numpy())})
+        for (architecture, group), part in groups.groupby(["architecture", "group"]):
+            if architecture:
+                fitted.architecture_log_scale.setdefault(str(architecture), {})[str(group)] = float(part["error"].median())
+        errors = target - np.log(predict_frame(frame, fitted, shapes))
+    for kind in sorted(set(frame["kind"])):
+        chosen = errors[(frame["kind"] == kind).to_numpy()]
+        fitted.bands[kind] = (float(np.quantile(chosen, 0.05)), float(np.quantile(chosen, 0.95)))
+        fitted.fitted_on[kind] = int(len(chosen))
+    return fitted
+
+
+def band_factors(model: GpuModel, kind: str) -> tuple[float, float] | None:
+    """(low, high) multipliers of a prediction for ``kind``: its fitted residuals' 5th and 95th percentiles."""
+    band = model.bands.get(kind)
+    return None if band is None else (math.exp(band[0]), math.exp(band[1]))

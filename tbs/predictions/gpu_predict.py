@@ -1,0 +1,155 @@
+"""Predicted cells for a catalog GPU from a profile measured on another kind of device (a CPU).
+
+The measured times do not travel: a CPU's time says little about a GPU's. What travels is
+what the layer asks for -- the compiler's FLOPs and bytes and the layer's shapes
+(tbs.predictions.work) -- priced by the GPU model fitted on published GPU measurements
+(tbs.predictions.gpu_model, tbs.predictions.reference). Each row says its kind, the GEMM it
+was priced as, the precision assumed and a 90% band from that kind's residuals on the
+reference data. The whole model is the sum of its layers' predictions (a compiled model also
+fuses small layers: the sum leans high), and says so.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tbs.predictions.catalog import CatalogDevice
+from tbs.predictions.gpu_model import GpuModel, GpuSpec, band_factors, frame_of, predict_frame
+from tbs.predictions.work import MATMUL_CATEGORIES, MEMORY, RECURRENT, Work, work_of
+from tbs.profiles.profile import Profile
+from tbs.profiles.roofline import bound_of
+from tbs.schema import MODEL_LAYER, USABLE
+
+METHOD = "GPU model (published measurements)"
+# String layers have no GPU kernels in TensorFlow: on a GPU machine they still run on its CPU.
+HOST_ONLY_TYPES = ("TextVectorization", "StringLookup")
+UNVALIDATED_WIDENING = 2.0  # a kind the reference data has no rows of: its band is widened this much each way
+PRECISION_OF = {"float32": "fp32", "tf32": "tf32", "bfloat16": "fp16", "float16": "fp16"}
+
+
+def gpu_spec(device: CatalogDevice) -> GpuSpec | None:
+    """The catalog row as the GPU model's datasheet (None where it lacks SMs, a peak or bandwidth)."""
+    peaks = {PRECISION_OF[k]: v for k, v in device.peaks_flops_per_s.items() if k in PRECISION_OF and k != "bfloat16"}
+    if not (device.sm_count and peaks.get("fp32") and device.memory_bandwidth_bytes_per_s):
+        return None
+    return GpuSpec(device.id, device.sm_count, peaks, device.memory_bandwidth_bytes_per_s, device.base_clock_hz,
+                   device.boost_clock_hz, device.l2_bytes, device.architecture)
+
+
+def precision_of(device: CatalogDevice, dtype: str = "float32") -> str:
+    """The precision a ``dtype`` matmul runs at there: float32 as TF32 on Ampere and later (Keras's default)."""
+    used = device.float32_matmul_runs_as if dtype == "float32" else dtype
+    return PRECISION_OF.get(used, "fp32")
+
+
+def _band(model: GpuModel, work: Work) -> tuple[float, float, str]:
+    """The row's 90% band multipliers, and a note where its kind was not in the reference data."""
+    found = band_factors(model, work.kind)
+    if work.kind == RECURRENT and not work.fused:
+        found = None  # the reference RNNs are cuDNN's fused kernels; a loop of kernels is not among them
+    if found is not None:
+        return found[0], found[1], ""
+    widest = [band_factors(model, k) for k in model.bands]
+    low = min((b[0] for b in widest if b), default=0.5) / UNVALIDATED_WIDENING
+    high = max((b[1] for b in widest if b), default=2.0) * UNVALIDATED_WIDENING
+    return low, high, "; not in the reference data: band widened"
+
+
+def gpu_rows(profile: Profile, target: CatalogDevice, source_device: str, model: GpuModel,
+             base: dict[str, Any], dtype: str = "float32") -> list[dict[str, Any]]:
+    """Predicted layer and whole-model rows for a GPU ``target`` from the work of ``source_device``'s rows."""
+    spec = gpu_spec(target)
+    if spec is None:
+        return [dict(base, target="layer", layer="",
+                     reason=f"not predicted: the catalog lacks {target.id}'s SM count, FP32 peak or bandwidth")]
+    summary = profile.summary
+    rows = summary[(summary["device"] == source_device) & summary["status"].isin(USABLE)].copy()
+    for column in ("flops", "bytes_accessed"):
+        rows[column] = pd.to_numeric(rows[column], errors="coerce")
+    layers = {str(layer.get("name")): layer for layer in profile.layers}
+    training = profile.mode == "training"
+    precision = precision_of(target, dtype)
+    out = []
+    for _, row in rows.iterrows():
+        out.append(_layer_row(row, layers.get(str(row["layer"])), profile.backend, training, spec, precision,
+                              model, dict(base, predicted_from=source_device)))
+    return out + _model_rows(out, rows, base)
+
+
+def _activation_bytes(layer: dict[str, Any] | None, batch: int) -> float:
+    """A layer's inputs and outputs at ``batch`` (the capture's sizes, scaled from its batch), or NaN."""
+    layer = layer or {}
+    sizes, captured = [layer.get("input_bytes"), layer.get("output_bytes")], layer.get("batch_size")
+    if not all(_finite(v) for v in (*sizes, captured)) or not captured:
+        return float("nan")
+    return float(sum(sizes)) * batch / float(captured)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _layer_row(row: pd.Series, layer: dict[str, Any] | None, backend: str, training: bool, spec: GpuSpec,
+               precision: str, model: GpuModel, base: dict[str, Any]) -> dict[str, Any]:
+    ident = dict(base, target="layer", layer=row["layer"], layer_type=row.get("layer_type", ""),
+                 category=row.get("category", ""), batch_size=int(row["batch_size"]), mode=row["mode"],
+                 flops=row["flops"], bytes_accessed=row["bytes_accessed"])
+    if str(row.get("layer_type", "")) in HOST_ONLY_TYPES:
+        return dict(ident, reason="not predicted: string layers run on the host CPU even on a GPU machine "
+                                  "(TensorFlow has no GPU kernels for them)", host_s=float(row["median_s"]))
+    if layer is not None and layer.get("inactive"):
+        return dict(ident, reason="not predicted: does nothing in this mode (an identity a compiled model drops)",
+                    host_s=0.0)
+    flops, moved = row["flops"], row["bytes_accessed"]
+    if str(row.get("category", "")) not in MATMUL_CATEGORIES:
+        if not _finite(flops):
+            flops = 0.0  # a layer that only moves data (Flatten, a cast): no FLOPs is an answer, not a gap
+        if not _finite(moved):
+            moved = _activation_bytes(layer, int(row["batch_size"]))  # what the compiler could not count
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (flops, moved)):
+        return dict(ident, reason="not predicted: no compiler FLOPs/bytes for this cell on the measured device")
+    work = work_of(layer, str(row.get("category", "")), float(flops), float(moved), int(row["batch_size"]),
+                   backend, training)
+    seconds = float(predict_frame(frame_of([work], [precision], [spec]), model)[0])
+    low, high, note = _band(model, work)
+    peak = spec.peak(precision) or spec.peak("fp32")
+    return dict(ident, method=f"{METHOD}: {work.describe()}, {precision if work.kind != MEMORY else 'memory-bound'}"
+                              f"{note}", median_s=seconds, low_s=seconds * low, high_s=seconds * high,
+                per_sample_s=seconds / int(row["batch_size"]),
+                bound=bound_of(float(flops) / peak, float(moved) / spec.memory_bandwidth_bytes_per_s, seconds),
+                reason="", in_step=row.get("in_step"))
+
+
+def _model_rows(layer_rows: list[dict[str, Any]], rows: pd.DataFrame, base: dict[str, Any]) -> list[dict[str, Any]]:
+    """The whole model per batch size: the sum of its layers' predictions (every layer must have one)."""
+    out = []
+    frame = pd.DataFrame(layer_rows)
+    if not len(frame) or "median_s" not in frame:
+        return out
+    for (batch, mode), group in frame.groupby(["batch_size", "mode"]):
+        counted = group[group["in_step"].astype(str) != "False"]
+        if "host_s" not in counted:
+            counted = counted.assign(host_s=np.nan)
+        host = counted["host_s"].notna()
+        ident = dict(base, target="model", layer=MODEL_LAYER, layer_type="", category="model",
+                     batch_size=int(batch), mode=mode)
+        if counted.loc[~host, "median_s"].isna().any():
+            missing = ", ".join(map(str, counted.loc[~host & counted["median_s"].isna(), "layer"]))
+            out.append(dict(ident, reason=f"not predicted: no prediction for {missing}"))
+            continue
+        host_s = float(counted.loc[host, "host_s"].sum()) if host.any() else 0.0
+        on_cpu = counted.loc[host & (counted["host_s"] > 0), "layer"]
+        on_host = (f" + the measured CPU time of {', '.join(map(str, on_cpu))}, which runs on the host"
+                   if len(on_cpu) else "")
+        seconds = float(counted.loc[~host, "median_s"].sum()) + host_s
+        out.append(dict(ident, method=f"{METHOD}: the sum of the layers' predictions{on_host} (a compiled model "
+                                      f"also fuses small layers: the sum leans high)",
+                        median_s=seconds, low_s=float(counted.loc[~host, "low_s"].sum()) + host_s,
+                        high_s=float(counted.loc[~host, "high_s"].sum()) + host_s,
+                        per_sample_s=seconds / int(batch), flops=float(np.nansum(counted["flops"])),
+                        bytes_accessed=float(np.nansum(counted["bytes_accessed"])), bound="", reason=""))
+    return out

@@ -1,0 +1,128 @@
+"""What a layer asks of an accelerator, in the terms the GPU model prices: kernels, FLOPs, bytes, GEMM shapes.
+
+The same record describes a row of the published reference measurements and a layer of a CPU
+profile, so the model fitted on one predicts the other. A profile supplies only what does not
+depend on the device it was measured on: the compiler's FLOPs and bytes and the layer's shapes.
+Matmul-like layers become the implicit GEMM a GPU library runs (Dense: M = rows, N = units,
+K = inputs; Conv: M = batch x output positions, N = filters, K = FLOPs / 2MN, i.e. kernel area x
+input channels); a recurrent layer becomes its sequential per-step GEMMs; everything else moves
+bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+from tbs.backends import fused_gpu_rnn_types
+
+GEMM, CONV, RECURRENT, MEMORY = "gemm", "conv", "recurrent", "memory"
+MATMUL_CATEGORIES = ("dense", "attention", "conv", "rnn")  # layer categories whose work is GEMMs
+KINDS = (GEMM, CONV, RECURRENT, MEMORY)
+GATES = {"LSTM": 4, "GRU": 3, "SimpleRNN": 1, "lstm": 4, "gru": 3, "rnn": 1}
+# Kernels a non-fused RNN step launches: the recurrent matmul, one fused elementwise kernel, the loop's own.
+LOOP_KERNELS_PER_STEP = 3
+
+
+@dataclass(frozen=True)
+class Work:
+    """One layer (or one reference kernel) as kernels to run: FLOPs, bytes and the GEMM it is."""
+
+    kind: str  # gemm | conv | recurrent | memory
+    flops: float
+    bytes: float
+    m: int = 0  # the (implicit) GEMM: M x K times K x N; recurrent: one step's GEMM
+    n: int = 0
+    k: int = 0
+    count: int = 1  # independent GEMMs (a batched matmul's batch)
+    steps: int = 1  # recurrent: sequential steps, each one GEMM of (m, n, k) plus elementwise
+    input_gemm: tuple[int, int, int] | None = None  # recurrent: the inputs' projection, all steps at once
+    fused: bool = True  # recurrent: one fused kernel (cuDNN) or a loop of kernels per step
+    winograd: bool = False  # a 3x3 stride-1 convolution: cuDNN may run it with Winograd's fewer multiplies
+    phase: str = "forward"  # forward: one GEMM; backward: its two gradient GEMMs (dX, dW); training: all three
+
+    def describe(self) -> str:
+        if self.kind in (GEMM, CONV):
+            return f"{self.kind} {self.m}x{self.n}x{self.k}" + (f" x{self.count}" if self.count > 1 else "")
+        if self.kind == RECURRENT:
+            return f"{self.steps} steps of {self.m}x{self.n}x{self.k} ({'cuDNN' if self.fused else 'loop'})"
+        return f"{self.bytes:.3g} bytes"
+
+
+def _size(shape: Any) -> int | None:
+    """Elements of a shape after its batch axis (None where a dimension is unknown)."""
+    if not isinstance(shape, (list, tuple)) or not shape:
+        return None
+    dims = list(shape[1:])
+    if any(not isinstance(d, int) or d <= 0 for d in dims):
+        return None
+    return math.prod(dims)
+
+
+def _implicit_gemm(kind: str, flops: float, moved: float, batch: int, out_shape: list[Any],
+                   flops_per_gemm_flop: float) -> Work:
+    """A Dense/Conv/attention layer's GEMM from its output shape and FLOPs (K = FLOPs / 2MN)."""
+    units = out_shape[-1] if isinstance(out_shape[-1], int) and out_shape[-1] > 0 else 1
+    positions = _size(list(out_shape[:-1])) or 1
+    m, n = batch * positions, units
+    k = max(1, round(flops / flops_per_gemm_flop / (2.0 * m * n)))
+    return Work(kind, flops, moved, m=m, n=n, k=k)
+
+
+def _winograd(layer: Mapping[str, Any] | None, out_shape: list[Any], k: int) -> bool:
+    """A 2D convolution with a 3x3 kernel (K = 9 x input channels) whose output keeps the input's size (stride 1)."""
+    shapes = (layer or {}).get("input_shapes") or []
+    if not shapes or len(shapes[0]) != 4 or len(out_shape) != 4:
+        return False
+    channels, height = shapes[0][-1], shapes[0][1]
+    if not all(isinstance(v, int) and v > 0 for v in (channels, height, out_shape[1])):
+        return False
+    return k == 9 * channels and out_shape[1] >= height - 2
+
+
+def _recurrent(layer: Mapping[str, Any], flops: float, moved: float, batch: int, backend: str) -> Work | None:
+    shapes = layer.get("input_shapes") or []
+    out = (layer.get("output_shapes") or [[]])[0]
+    if not shapes or len(shapes[0]) < 3 or not out:
+        return None
+    steps, features = shapes[0][1], shapes[0][-1]
+    units = out[-1]
+    if not all(isinstance(v, int) and v > 0 for v in (steps, features, units)):
+        return None
+    layer_type = str(layer.get("type", ""))
+    gates = next((g for name, g in GATES.items() if name in layer_type), 1)
+    fused = layer_type in fused_gpu_rnn_types(backend)  # cuDNN's fused kernel, or a loop of kernels
+    return Work(RECURRENT, flops, moved, m=batch, n=gates * units, k=units, steps=steps,
+                input_gemm=(batch * steps, gates * units, features), fused=fused)
+
+
+# GEMMs of a layer's shape each phase runs: the forward (M, N, K), the gradient of its input
+# (M, K, N) and of its weights (K, N, M).
+PHASE_GEMMS = {"forward": 1, "backward_data": 1, "backward_weight": 1, "backward": 2, "training": 3}
+
+
+def work_of(layer: Mapping[str, Any] | None, category: str, flops: float, moved: float, batch: int,
+            backend: str, training: bool = False) -> Work:
+    """The work of one profile row: its layer's shapes (metadata ``layers``), FLOPs and bytes.
+
+    A training row's FLOPs cover forward and backward: a GEMM's gradient is two GEMMs of the
+    forward's size, so its forward is a third of them; the backward is priced as two GEMMs.
+    """
+    out_shapes = (layer or {}).get("output_shapes") or []
+    out_shape = out_shapes[0] if out_shapes and isinstance(out_shapes[0], (list, tuple)) else []
+    share = 3.0 if training else 1.0
+    if category == "rnn" and layer is not None:
+        found = _recurrent(layer, flops, moved, batch, backend)
+        if found is not None:
+            return replace(found, phase="training") if training else found
+    if category in MATMUL_CATEGORIES and flops > 0:
+        kind = CONV if category == "conv" else GEMM
+        phase = "training" if training else "forward"
+        if len(out_shape) >= 2:
+            work = _implicit_gemm(kind, flops, moved, batch, list(out_shape), share)
+            return Work(work.kind, work.flops, work.bytes, m=work.m, n=work.n, k=work.k, phase=phase,
+                        winograd=kind == CONV and _winograd(layer, list(out_shape), work.k))
+        side = max(1, round((flops / share / 2.0) ** (1.0 / 3.0)))  # shapes unknown: a cube of the same FLOPs
+        return Work(kind, flops, moved, m=side, n=side, k=side, phase=phase)
+    return Work(MEMORY, flops, moved)

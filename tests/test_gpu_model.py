@@ -1,0 +1,165 @@
+"""The GPU model: a layer's work (GEMM shapes, FLOPs, bytes) priced on a GPU's datasheet, and its fit."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import tbs
+from tbs.predictions.catalog import load_catalog
+from tbs.predictions.gpu_model import GpuModel, GpuSpec, fit, frame_of, predict_frame
+from tbs.predictions.gpu_predict import gpu_spec, precision_of
+from tbs.predictions.work import CONV, GEMM, MEMORY, RECURRENT, Work, work_of
+from tbs.profiles.profile import Profile
+from tbs.schema import MODEL_COLUMNS, PREDICTION_COLUMNS, SAMPLE_COLUMNS, SUMMARY_COLUMNS
+
+
+def seconds(work: Work, spec: GpuSpec, precision: str = "fp32", model: GpuModel | None = None) -> float:
+    return float(predict_frame(frame_of([work], [precision], [spec]), model or GpuModel())[0])
+
+
+def gemm(m: int, n: int, k: int) -> Work:
+    return Work(GEMM, 2.0 * m * n * k, 4.0 * (m * k + k * n + m * n), m=m, n=n, k=k)
+
+
+def test_a_small_gemm_costs_a_wave_and_a_launch_not_a_share_of_the_peak():
+    catalog = load_catalog()
+    t4, h100 = gpu_spec(catalog["t4"]), gpu_spec(catalog["h100"])
+    assert precision_of(catalog["h100"]) == "tf32" and precision_of(catalog["t4"]) == "fp32"
+    small = seconds(gemm(64, 64, 64), h100, "tf32") / seconds(gemm(64, 64, 64), t4)
+    large = seconds(gemm(8192, 8192, 8192), h100, "tf32") / seconds(gemm(8192, 8192, 8192), t4)
+    peaks = t4.peak("fp32") / h100.peak("tf32")
+    assert small > 0.5  # a roofline would say 1/61: a tiny GEMM is launch and one wave on either
+    model = GpuModel()
+    clocks = t4.clock_factor(model.sustained_clock) / h100.clock_factor(model.sustained_clock)  # a T4 sustains less
+    assert large == pytest.approx(peaks * clocks * model.gemm_efficiency_cuda_cores / model.gemm_efficiency_tensor_cores,
+                                  rel=0.15)
+
+
+def test_one_tile_more_than_the_sms_hold_costs_another_wave():
+    spec = GpuSpec("toy", 10, {"fp32": 1e13}, 1e12)
+    model = GpuModel(launch_s=0.0)
+    full = seconds(gemm(128 * 10, 128, 128), spec, model=model)
+    one_more = seconds(gemm(128 * 11, 128, 128), spec, model=model)
+    assert 1.5 < one_more / full <= 2.0  # 11 tiles on 10 SMs: a second wave (smaller tiles soften it)
+    deep = seconds(gemm(128 * 11, 128, 8192), spec, model=model) / seconds(gemm(128 * 10, 128, 8192), spec, model=model)
+    assert deep < 1.2  # a deep K is split across the idle SMs instead
+
+
+def test_a_layer_becomes_the_gemm_its_library_runs():
+    dense = {"name": "d", "type": "Dense", "input_shapes": [[None, 256]], "output_shapes": [[None, 128]]}
+    work = work_of(dense, "dense", 2.0 * 32 * 256 * 128, 1e5, 32, "tensorflow")
+    assert (work.kind, work.m, work.n, work.k) == (GEMM, 32, 128, 256)
+    conv = {"name": "c", "type": "Conv2D", "input_shapes": [[None, 90, 90, 16]], "output_shapes": [[None, 90, 90, 32]]}
+    work = work_of(conv, "conv", 2.0 * 8 * 90 * 90 * 32 * 3 * 3 * 16, 1e6, 8, "tensorflow")
+    assert (work.kind, work.m, work.n, work.k) == (CONV, 8 * 90 * 90, 32, 3 * 3 * 16)
+    training = work_of(dense, "dense", 3 * 2.0 * 32 * 256 * 128, 1e5, 32, "tensorflow", training=True)
+    assert (training.k, training.phase) == (256, "training")  # forward, dX and dW: three GEMMs of one size
+    lstm = {"name": "l", "type": "LSTM", "input_shapes": [[None, 300, 64]], "output_shapes": [[None, 128]]}
+    on_tf = work_of(lstm, "rnn", 1e9, 1e6, 16, "tensorflow")
+    assert (on_tf.kind, on_tf.steps, on_tf.m, on_tf.n, on_tf.k, on_tf.fused) == (RECURRENT, 300, 16, 512, 128, True)
+    assert on_tf.input_gemm == (16 * 300, 512, 64)
+    assert not work_of(lstm, "rnn", 1e9, 1e6, 16, "jax").fused  # JAX runs an RNN as a loop of kernels
+    assert work_of(None, "pooling", 1e6, 1e6, 8, "tensorflow").kind == MEMORY
+
+
+def test_a_recurrent_loop_pays_its_launches_every_step():
+    spec = GpuSpec("toy", 40, {"fp32": 8e12}, 3e11)
+    fused = Work(RECURRENT, 1e8, 1e6, m=32, n=512, k=128, steps=100, input_gemm=(3200, 512, 64), fused=True)
+    loop = replace(fused, fused=False)
+    model = GpuModel()
+    assert seconds(loop, spec, model=model) - seconds(fused, spec, model=model) == pytest.approx(
+        100 * (3 * model.launch_s - model.fused_step_s), rel=1e-6)
+
+
+def test_the_fit_recovers_known_constants_and_bands_cover_the_noise():
+    specs = [GpuSpec("a", 40, {"fp32": 8e12, "fp16": 6.5e13}, 3e11), GpuSpec("b", 80, {"fp32": 1.5e13, "fp16": 1.2e14}, 9e11),
+             GpuSpec("c", 108, {"fp32": 1.9e13, "tf32": 1.5e14}, 1.5e12)]
+    rng = np.random.default_rng(0)
+    works, precisions, chosen = [], [], []
+    for spec in specs:
+        for _ in range(120):
+            m, n, k = (int(v) for v in 2 ** rng.uniform(5, 13, size=3))
+            works.append(gemm(m, n, k))
+            precisions.append("fp32")
+            chosen.append(spec)
+            works.append(Work(MEMORY, 0.0, float(2 ** rng.uniform(14, 30))))
+            precisions.append("fp32")
+            chosen.append(spec)
+    truth = GpuModel(gemm_efficiency_cuda_cores=0.55, tile_exponent=0.4, launch_s=7e-6, memory_efficiency=0.7)
+    frame = frame_of(works, precisions, chosen)
+    noise = rng.normal(0, 0.05, len(frame))
+    fitted = fit(frame, predict_frame(frame, truth) * np.exp(noise))
+    assert fitted.gemm_efficiency_cuda_cores == pytest.approx(0.55, rel=0.1)
+    assert fitted.memory_efficiency == pytest.approx(0.7, rel=0.1)
+    assert fitted.launch_s == pytest.approx(7e-6, rel=0.2)
+    low, high = fitted.bands[GEMM]
+    assert -0.2 < low < -0.04 and 0.04 < high < 0.2  # the 5th/95th percentiles of 5% noise: about ±8%
+
+
+def text_profile() -> Profile:
+    """A CPU profile of TextVectorization -> Embedding -> Dense at two batch sizes (hand-built, nothing measured)."""
+    layers = [{"name": "text_vectorization", "type": "TextVectorization", "category": "preprocessing",
+               "input_shapes": [[None, 1]], "output_shapes": [[None, 100]]},
+              {"name": "embedding", "type": "Embedding", "category": "embedding",
+               "input_shapes": [[None, 100]], "output_shapes": [[None, 100, 16]]},
+              {"name": "dense", "type": "Dense", "category": "dense",
+               "input_shapes": [[None, 1600]], "output_shapes": [[None, 512]]}]
+    rows = []
+    for batch in (32, 512):
+        for layer, cpu_s, flops, moved in (("text_vectorization", 2e-3 * batch / 32, None, 1e4 * batch),
+                                           ("embedding", 5e-5 * batch / 32, 0.0, 6400.0 * batch + 640_000),
+                                           ("dense", 2e-4 * batch / 32, 2.0 * batch * 1600 * 512, 4.0 * 1600 * 512)):
+            info = next(l for l in layers if l["name"] == layer)
+            rows.append(dict(layer=layer, layer_type=info["type"], category=info["category"], device="cpu:0",
+                             device_kind="cpu", batch_size=batch, mode="inference", status="ok", median_s=cpu_s,
+                             per_sample_s=cpu_s / batch, flops=flops, bytes_accessed=moved, usd_per_hour=0.5))
+    metadata = {"model": {"name": "text"}, "mode": "inference", "status": "complete", "batch_sizes": [32, 512],
+                "layers": layers, "backend": "tensorflow", "devices": [{"name": "cpu:0", "kind": "cpu"}],
+                "calibration": {"cpu:0": {"matmul_flops_per_s": {"float32": 4e11}, "memory_bytes_per_s": 4e10}}}
+    return Profile(directory=Path("profiles/text"), metadata=metadata,
+                   summary=pd.DataFrame(rows).reindex(columns=SUMMARY_COLUMNS), model=pd.DataFrame(columns=MODEL_COLUMNS),
+                   samples=pd.DataFrame(columns=SAMPLE_COLUMNS), predictions=pd.DataFrame(columns=PREDICTION_COLUMNS))
+
+
+def test_a_cpu_profile_predicts_a_gpu_from_its_work_not_its_cpu_times():
+    measured = text_profile()
+    slower_cpu = replace(measured, summary=measured.summary.assign(median_s=measured.summary["median_s"] * 10))
+    rows, same = (tbs.predict(p, "t4").predictions for p in (measured, slower_cpu))
+    timed = rows[rows["median_s"].notna() & (rows["target"] == "layer")]
+    pd.testing.assert_series_equal(timed["median_s"], same.loc[timed.index, "median_s"])  # CPU times do not travel
+    dense = timed[(timed["layer"] == "dense") & (timed["batch_size"] == 512)].iloc[0]
+    assert dense["method"].startswith("GPU model (published measurements): gemm 512x512x1600, fp32")
+    assert dense["low_s"] < dense["median_s"] < dense["high_s"]
+    text = rows[rows["layer"] == "text_vectorization"].iloc[0]
+    assert pd.isna(text["median_s"]) and "run on the host CPU" in text["reason"]
+    whole = rows[(rows["target"] == "model") & (rows["batch_size"] == 32)].iloc[0]
+    layers = timed[(timed["target"] == "layer") & (timed["batch_size"] == 32)]["median_s"].sum()
+    assert whole["median_s"] == pytest.approx(layers + 2e-3)  # the string layer's measured CPU time, on the host
+    assert "measured CPU time of text_vectorization" in whole["method"]
+
+
+def test_the_shipped_reference_data_is_attributed_consistent_and_fitted_on_itself():
+    from tbs.predictions.reference import data_digest, fitted_model, gpu_specs
+    import json
+    from importlib import resources
+
+    folder = resources.files("tbs.predictions.reference")
+    readme = folder.joinpath("README.md").read_text()
+    assert "MIT" in readme and "Apache" in readme and "github.com/sitar-lab/NeuSight" in readme
+    rows = pd.read_csv(folder.joinpath("measurements.csv").open())
+    assert {"source", "license", "device", "framework", "precision", "op", "phase", "measured_seconds"} <= set(rows)
+    assert set(rows["device"]) <= set(gpu_specs()) and (rows["measured_seconds"] > 0).all()
+    gemms = rows[(rows["op"] == "gemm") & (rows["precision"] == "fp32")]
+    peaks = gemms["device"].map({d: s.peak("fp32") for d, s in gpu_specs().items()})
+    assert (gemms["flops"] / gemms["measured_seconds"] <= peaks * 1.001).all()  # no GEMM beats its datasheet
+    record = json.loads(folder.joinpath("fitted.json").read_text())
+    assert record["digest"] == data_digest(), "refit: python -m tbs.predictions.reference"
+    model = fitted_model()
+    assert set(model.bands) == {GEMM, CONV, MEMORY, RECURRENT}
+    for low, high in model.bands.values():
+        assert low < 0 < high
