@@ -12,6 +12,7 @@ import pytest
 
 from tbs.profiles.profile import Profile
 from tbs.report import console, figures, html
+from tbs.report.page import ReportData
 from tbs.schema import MODEL_COLUMNS, SAMPLE_COLUMNS, SUMMARY_COLUMNS
 
 LAYERS = [("rescale", "Rescaling", "preprocessing", False), ("random_flip", "RandomFlip", "augmentation", True),
@@ -169,7 +170,7 @@ def test_heatmap_hover_gives_the_absolute_value(profile):
 
 
 def test_new_sections_come_right_after_the_summary_with_nav_links(profile):
-    names = [s.__name__ for s in html.SECTIONS]
+    names = [s.render.__name__ for s in html.sections(ReportData(profile))]
     assert names[:4] == ["section_summary", "section_where", "section_relative", "section_per_batch"]
     page = html.render(profile)
     for anchor in ("where", "relative", "layers"):
@@ -212,7 +213,8 @@ def test_profile_without_the_inactive_key_renders_as_before():
     assert "†" not in table and "inactive" not in table
     page = html.render(profile)
     assert "†" not in page and "inactive in" not in page
-    assert all(f'id="{anchor}"' in page for anchor, _ in html.NAV if anchor != "placement") and "Plotly" in page
+    shown = html.sections(ReportData(profile))
+    assert all(f'id="{s.anchor}"' in page for s in shown if s.anchor != "placement") and "Plotly" in page
 
 
 def test_no_prices_draws_time_only_and_says_why():

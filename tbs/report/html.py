@@ -1,12 +1,14 @@
 """The HTML report: one self-contained page (plotly.js inlined), built from a Profile.
 
-Sections are functions from the report's data to HTML; adding one (placement, say)
-is adding a function to SECTIONS. Nothing here measures anything.
+Sections are functions from the report's data to HTML, listed once in REGISTRY with their
+anchor, nav title and when they apply; adding one is a renderer and one line there.
+Nothing here measures anything.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Callable
 
 import pandas as pd
@@ -307,16 +309,59 @@ def section_environment(data: ReportData) -> str:
             f'<pre>{_esc(json.dumps(prices, indent=2, default=str))}</pre>')
 
 
-# What users look at first comes first: the summary, then where the time goes and each layer's best device.
-SECTIONS: list[Callable[[ReportData], str]] = [
-    section_summary, section_where, section_relative, section_per_batch, section_batch_scaling,
-    section_model_cost, section_winners, section_placement, section_cells, section_not_measured,
-    section_environment,
+def _always(data: ReportData) -> bool:
+    return True
+
+
+def _training(data: ReportData) -> bool:
+    return bool(data.training)
+
+
+def _predicted(data: ReportData) -> bool:
+    return data.profile.predictions is not None and len(data.profile.predictions) > 0
+
+
+def _model_title(data: ReportData) -> str:
+    return data.view.whole_name.capitalize() if data.training else "Whole model"
+
+
+@dataclass(frozen=True)
+class Section:
+    """One section of the page: its anchor, its nav title (text, or from the data), its renderer, when it shows."""
+
+    anchor: str
+    title: str | Callable[[ReportData], str]
+    render: Callable[[ReportData], str]
+    applies: Callable[[ReportData], bool] = _always
+
+    def nav(self, data: ReportData) -> tuple[str, str]:
+        return self.anchor, self.title(data) if callable(self.title) else self.title
+
+
+# The page, in order: what users look at first comes first (the summary, then where the time goes and each
+# layer's best device); why a layer costs what it does right after what it costs. A new section is a
+# renderer (in its own module) and one line here.
+REGISTRY: list[Section] = [
+    Section("summary", "Summary", section_summary),
+    Section("training", "Training", training.section_training, _training),
+    Section("phases", "Phases", training.section_phases, _training),
+    Section("train-cost", "Cost per epoch", training.section_training_cost, _training),
+    Section("memory", "Memory", training.section_training_memory, _training),
+    Section("where", "Where the time goes", section_where),
+    Section("relative", "Against the best", section_relative),
+    Section("layers", "Spread (log)", section_per_batch),
+    Section("scaling", "Batch size", section_batch_scaling),
+    Section("model", _model_title, section_model_cost),
+    Section("roofline", "Roofline", roofline.section_roofline),
+    Section("fig2", "FLOPs & bytes", roofline.section_fig2),
+    Section("capacity", "Largest batch", roofline.section_memory),
+    Section("predicted", "Predicted", roofline.section_predicted, _predicted),
+    Section("winners", "Winners", section_winners),
+    Section("placement", "Placement", section_placement),
+    Section("cells", "Every cell", section_cells),
+    Section("missing", "Not measured", section_not_measured),
+    Section("environment", "Environment", section_environment),
 ]
-NAV = [("summary", "Summary"), ("where", "Where the time goes"), ("relative", "Against the best"),
-       ("layers", "Spread (log)"), ("scaling", "Batch size"), ("model", "Whole model"), ("winners", "Winners"),
-       ("placement", "Placement"), ("cells", "Every cell"), ("missing", "Not measured"),
-       ("environment", "Environment")]
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:1200px;padding:16px 24px;color:#222}
@@ -329,22 +374,15 @@ nav a{margin-right:14px} code{white-space:nowrap}
 """
 
 
-def sections(data: ReportData) -> list[tuple[tuple[str, str], Callable[[ReportData], str]]]:
-    """Each section with its nav entry; a training profile's own sections follow the summary."""
-    pairs = list(zip(NAV, SECTIONS))
-    after_model = [anchor for anchor, _ in NAV].index("model") + 1  # why it costs that, after what it costs
-    pairs[after_model:after_model] = roofline.pairs(data)
-    if data.training:
-        pairs = [((anchor, data.view.whole_name.capitalize() if anchor == "model" else text), section)
-                 for (anchor, text), section in pairs]
-        pairs[1:1] = list(zip(training.NAV, training.SECTIONS))
-    return pairs
+def sections(data: ReportData) -> list[Section]:
+    """The sections this profile's page shows, in the registry's order."""
+    return [section for section in REGISTRY if section.applies(data)]
 
 
 def body(data: ReportData) -> tuple[str, list[tuple[str, str]]]:
     """The sections' HTML and the nav entries (anchor, text) that lead to them."""
     chosen = sections(data)
-    return "\n".join(section(data) for _, section in chosen), [entry for entry, _ in chosen]
+    return "\n".join(section.render(data) for section in chosen), [section.nav(data) for section in chosen]
 
 
 def page(title: str, nav: list[tuple[str, str]], content: str) -> str:

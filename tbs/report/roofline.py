@@ -214,13 +214,3 @@ def section_fig2(data: ReportData) -> str:
         frame, line = fig2_table(data, device, batch)
         parts.append(f"<h3>Batch {batch}</h3><p>{esc(line)}</p>{table(frame)}")
     return "\n".join(parts)
-
-
-SECTIONS: list[Callable[[ReportData], str]] = [section_roofline, section_fig2, section_memory, section_predicted]
-NAV = [("roofline", "Roofline"), ("fig2", "FLOPs & bytes"), ("capacity", "Largest batch"), ("predicted", "Predicted")]
-
-
-def pairs(data: ReportData) -> list[tuple[tuple[str, str], Callable[[ReportData], str]]]:
-    """The sections with their nav entries; "Predicted" only where the profile has predictions."""
-    has = data.profile.predictions is not None and len(data.profile.predictions) > 0
-    return [(entry, section) for entry, section in zip(NAV, SECTIONS) if has or section is not section_predicted]

@@ -17,8 +17,6 @@ from tbs.report.page import ReportData, esc, figure, table
 from tbs.schema import LOSS_LAYER, MEASURED
 from tbs.units import PER_MILLION, format_bytes, format_seconds, format_usd, is_number
 
-NAV = [("training", "Training"), ("phases", "Phases"), ("train-cost", "Cost per epoch"), ("memory", "Memory")]
-
 
 def samples_per_epoch(data: ReportData) -> int | None:
     """N, the samples in one epoch: ``--samples``, else what the profile recorded; None when unknown."""
@@ -144,4 +142,3 @@ def section_training_memory(data: ReportData) -> str:
             f'{table(shown)}')
 
 
-SECTIONS = [section_training, section_phases, section_training_cost, section_training_memory]
