@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from tbs.report.figures import DEVICE_COLORS
+from tbs.predictions.gpu_predict import METHOD as GPU_METHOD
 from tbs.report.page import ReportData, esc, figure, table
 from tbs.schema import MEASURED
 from tbs.units import PER_MILLION, format_seconds, format_usd, is_number
@@ -127,14 +128,17 @@ def not_predicted_list(missing: pd.DataFrame) -> str:
 
 
 def _methods(done: pd.DataFrame, meta: Mapping[str, Any]) -> str:
-    """The method once (what every device shares), then what differs per device (the dtype it runs as, floors)."""
-    clauses = {d: list(dict.fromkeys(c.strip() for m in rows["method"].dropna() for c in str(m).split(";")))
-               for d, rows in done.groupby("device", sort=False)}
-    shared = [c for c in next(iter(clauses.values()), []) if all(c in v for v in clauses.values())]
+    """Each device's method once: the GPU model's family (its per-layer GEMMs are in the method column), or the
+    roofline scaling with its settings."""
     names = meta.get("devices") or {}
-    items = "".join(f"<li><b>{esc(d)}</b> ({esc((names.get(d) or {}).get('name', 'catalog device'))}): "
-                    f"{esc('; '.join(c for c in v if c not in shared) or 'as above')}</li>" for d, v in clauses.items())
-    return f"Method: {esc('; '.join(shared))}.<ul>{items}</ul>"
+    items = []
+    for device, rows in done.groupby("device", sort=False):
+        methods = [str(m) for m in rows["method"].dropna()]
+        families = list(dict.fromkeys(c.strip() for m in methods
+                                      for c in ([m.split(": ")[0]] if m.startswith(GPU_METHOD) else m.split(";"))))
+        items.append(f"<li><b>{esc(device)}</b> ({esc((names.get(device) or {}).get('name', 'catalog device'))}): "
+                     f"{esc('; '.join(families))}</li>")
+    return f"<ul>{''.join(items)}</ul>"
 
 
 def section_predicted(data: ReportData) -> str:
@@ -150,11 +154,13 @@ def section_predicted(data: ReportData) -> str:
     achievable = ", ".join(f"{float(v):.0%} of peak {ACHIEVABLE_NAMES.get(k, k)}"
                            for k, v in fractions.items() if is_number(v))
     banner = ('<div style="background:#fff4e5;border-left:4px solid #e65100;padding:8px 12px">'
-              '<b>Predicted, not measured.</b> tbs did not run these devices: each time is the compiler\'s FLOPs and '
-              'bytes on a measured device, scaled to the device\'s catalog ceilings at an achievable fraction of its '
-              f'peak: {esc(achievable or "-")} ({esc(meta.get("achievable_source", "source not recorded"))}). '
+              '<b>Predicted, not measured.</b> tbs did not run these devices. A GPU predicted from a CPU profile is '
+              'priced by the GPU model fitted on published GPU measurements, from each layer\'s FLOPs, bytes and '
+              'shapes (the GEMM and precision of every row are in predictions.csv\'s method); other devices scale '
+              'the measured times to the catalog ceilings at an achievable fraction of their peak '
+              f'({esc(achievable or "-")}, {esc(meta.get("achievable_source", "source not recorded"))}). '
               'Whiskers and bands are the 90% range. Measure on the device before committing to it; predicted '
-              f'numbers are never summed or ranked with measured ones.<br>{_methods(done, meta)}</div>')
+              f'numbers are never summed or ranked with measured ones.{_methods(done, meta)}</div>')
     parts = ['<h2 id="predicted">Predicted devices (not measured)</h2>', banner]
     if len(done):
         parts += [figure(predicted_figure(data, done, meta)), predicted_whole(done, meta), predicted_layers(data)]
