@@ -230,7 +230,8 @@ class ModelSource:
     name: str
     data: bytes
     sha256: str  # of the model's name, layer classes and weights (stable across processes)
-    classes: tuple[tuple[str, type], ...]  # the model's own layer classes, for Keras's loader
+    # The model's own layer classes, and the functions and classes its compile() names, for Keras's loader.
+    classes: tuple[tuple[str, Any], ...]
 
     @classmethod
     def of(cls, model: Any) -> "ModelSource":
@@ -247,7 +248,8 @@ class ModelSource:
         # Pickled bytes carry save timestamps; the model's identity is its layers and weights,
         # so a new process profiling the same model can --resume its profile.
         identity = hashlib.sha256(f"{model.name}|{[name for name, _ in classes]}|{_weights_digest(model)}".encode())
-        return cls(name=str(model.name), data=data, sha256=identity.hexdigest(), classes=classes)
+        return cls(name=str(model.name), data=data, sha256=identity.hexdigest(),
+                   classes=classes + _compile_objects(model))
 
     def copy(self, scope: Callable[[], ContextManager] = nullcontext) -> Any:
         """A new, independent model from the bytes, its variables made under ``scope()``."""
@@ -272,6 +274,24 @@ def _model_classes(model: Any) -> tuple[tuple[str, type], ...]:
     found: dict[str, type] = {}
     for layer in layers:
         found.setdefault(type(layer).__name__, type(layer))
+    return tuple(found.items())
+
+
+def _compile_objects(model: Any) -> tuple[tuple[str, Any], ...]:
+    """The functions and classes a compiled model's compile() names (a custom loss or metric), by name.
+
+    A copy is unpickled through Keras's loader, which restores the compile() too: an unregistered
+    loss function defined in the user's script must be offered to it, or the copy fails.
+    """
+    config = getattr(getattr(model, "_compile_config", None), "config", None)
+    if not isinstance(config, dict):
+        return ()
+    found: dict[str, Any] = {}
+    for value in _keras().tree.flatten(list(config.values())):
+        if inspect.isfunction(value):
+            found.setdefault(value.__name__, value)
+        elif value is not None and not isinstance(value, (str, int, float, bool)):
+            found.setdefault(type(value).__name__, type(value))
     return tuple(found.items())
 
 
