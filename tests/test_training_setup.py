@@ -113,3 +113,18 @@ def test_the_crossentropy_alias_is_resolved_from_the_output_as_compile_does(unit
     setup = resolve(model)
     assert setup.loss_name == expected
     fit_to_outputs(setup, model(np.ones((2, 3), np.float32)))
+
+
+def test_a_profile_trained_with_a_scripts_own_loss_function_is_verified_with_it(tmp_path: Path) -> None:
+    """--verify replays the recorded loss: a function Keras does not know comes from the model passed again."""
+
+    def local_loss(y_true, y_pred):
+        return keras.ops.mean(keras.ops.abs(keras.ops.cast(y_true, y_pred.dtype) - y_pred), axis=-1)
+
+    model = _small("local_loss")
+    model.compile(loss=local_loss, optimizer="sgd")
+    p = tbs.profile(model, [4], training=True, timing=FAST_TIMING, progress=None, report=False, analysis=False,
+                    out=tmp_path / "p")
+    assert p.metadata["training"]["loss"]["name"] == "local_loss"
+    verification = tbs.verify(p, tbs.recommend(p, "time"), model=model)
+    assert verification.results and verification.layers == 2

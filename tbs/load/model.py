@@ -249,7 +249,7 @@ class ModelSource:
         # so a new process profiling the same model can --resume its profile.
         identity = hashlib.sha256(f"{model.name}|{[name for name, _ in classes]}|{_weights_digest(model)}".encode())
         return cls(name=str(model.name), data=data, sha256=identity.hexdigest(),
-                   classes=classes + _compile_objects(model))
+                   classes=classes + compile_objects(model))
 
     def copy(self, scope: Callable[[], ContextManager] = nullcontext) -> Any:
         """A new, independent model from the bytes, its variables made under ``scope()``."""
@@ -277,7 +277,7 @@ def _model_classes(model: Any) -> tuple[tuple[str, type], ...]:
     return tuple(found.items())
 
 
-def _compile_objects(model: Any) -> tuple[tuple[str, Any], ...]:
+def compile_objects(model: Any) -> tuple[tuple[str, Any], ...]:
     """The functions and classes a compiled model's compile() names (a custom loss or metric), by name.
 
     A copy is unpickled through Keras's loader, which restores the compile() too: an unregistered

@@ -106,14 +106,21 @@ class TrainingSetup:
                 "targets": self.targets_description(seed), **({"note": self.note} if self.note else {})}
 
     @classmethod
-    def from_metadata(cls, training: dict[str, Any]) -> "TrainingSetup":
-        """The loss and optimizer a training profile was measured with (``--verify`` replays them)."""
+    def from_metadata(cls, training: dict[str, Any], custom_objects: dict[str, Any] | None = None) -> "TrainingSetup":
+        """The loss and optimizer a training profile was measured with (``--verify`` replays them).
+
+        ``custom_objects`` define what they name that Keras does not know (a custom loss function).
+        """
         keras = _keras()
         loss, optimizer = training.get("loss") or {}, training.get("optimizer") or {}
         if "serialized" not in loss or "serialized" not in optimizer:
             raise TbsError("this training profile does not record its loss and optimizer in full "
                            "(measured by an older tbs); profile it again to verify it")
-        return cls([keras.losses.deserialize(copy.deepcopy(l)) for l in loss["serialized"]], loss.get("source", ""),
+        with keras.saving.custom_object_scope(custom_objects or {}):
+            losses = [keras.losses.deserialize(copy.deepcopy(l)) for l in loss["serialized"]]
+        for made in losses:  # Keras resolves a wrapper's name into the function of that name: a name again
+            made.name = made.name if isinstance(made.name, str) else _name(made)
+        return cls(losses, loss.get("source", ""),
                    optimizer["serialized"], optimizer.get("source", ""), training.get("note", ""),
                    loss.get("weights"))
 
