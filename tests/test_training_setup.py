@@ -51,7 +51,8 @@ def test_a_keras_file_is_profiled_with_the_loss_and_optimizer_it_was_compiled_wi
     training = p.metadata["training"]
     assert (training["loss"]["name"], training["loss"]["source"]) == ("scaled_squared_error", "model.compile")
     assert (training["optimizer"]["name"], training["optimizer"]["source"]) == ("SGD", "model.compile")
-    assert training["optimizer"]["config"]["momentum"] == pytest.approx(0.9) and training["optimizer"]["config"]["nesterov"]
+    config = training["optimizer"]["config"]
+    assert config["momentum"] == pytest.approx(0.9) and config["nesterov"] is True
     assert "note" not in training
     dense = p.summary.set_index("layer").loc["d"]
     # Momentum keeps one slot per weight (Adam keeps two): the SGD really ran.

@@ -212,9 +212,10 @@ def _load_keras(path: Path, custom_objects: dict[str, Any], safe_mode: bool, com
     if not compile:
         return model, ""
     missing = _missing_name(failed)
-    fix = (f"pass --custom-objects FILE.py defining '{missing}'" if missing else "pass --custom-objects with its code")
-    return model, (f"the model's own compile() could not be restored from '{path.name}' ({_first_line(failed)[:160]}); "
-                   f"{fix}, or choose --loss and --optimizer")
+    why = (f"it needs '{missing}', which is not defined here; pass --custom-objects FILE.py defining it"
+           if missing else f"{_first_line(failed)[:160]}; pass --custom-objects with the code it needs")
+    return model, (f"the model's own compile() could not be restored from '{path.name}': {why}, "
+                   f"or choose --loss and --optimizer")
 
 
 IN_MEMORY_FORMAT = "in-memory"
