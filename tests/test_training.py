@@ -359,5 +359,7 @@ def test_an_output_softmax_the_step_never_runs_is_shown_apart_and_left_out_of_th
         assert entry["in_step"] is False
         assert "‡" in tbs.render(p, "text") and "not run by the compiled train step" in tbs.render(p, "text")
     head = p.summary.set_index("layer")
-    assert head.loc["logits", "backward_s"] > 0  # the gradient still flows into the logits' layer
+    # The gradient still flows into the logits' layer: its backward runs and keeps its input alive. (Its time,
+    # a Dense(5 -> 3) at batch 16 on the tests' tiny budgets, reads 0 about half the time once the harness is off.)
+    assert head.loc["logits", "phases"] == "forward+backward+update" and head.loc["logits", "residual_bytes"] > 0
 
