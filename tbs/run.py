@@ -23,7 +23,7 @@ from tbs.cost.reprice import row_pricer
 from tbs.errors import InputDataError, TbsError
 from tbs.load.inputs import (InputSpec, batch_arrays, check_input_arrays, input_specs, load_user_input,
                              structure_inputs)
-from tbs.load.training import fit_to_outputs, resolve as resolve_training
+from tbs.load.training import TrainingSetup, fit_to_outputs, resolve as resolve_training
 from tbs.load.model import (LoadedModel, ModelSource, check_model_file, import_custom_objects, load_model,
                             load_model_object)
 from tbs.measure import neighbours
@@ -125,18 +125,34 @@ class Run:
         self.reporter.status("")
         self.specs, self.user_arrays = self._inputs()
         self.model_name = self.loaded.name
-        self.training = resolve_training(self.loaded.model, o.loss, o.optimizer) if o.training else None
-        if self.training is not None and not self.training.losses:
-            # A subclassed model declares no outputs: one small call shows them, so the loss
-            # recorded in the metadata (and checked on --resume) is the one measured.
-            sample = structure_inputs(self.loaded.model, batch_arrays(self.specs, 2, o.seed, self.user_arrays),
-                                      self.specs)
-            fit_to_outputs(self.training, self.loaded.model(sample, training=False))
+        self.training = self._training_setup() if o.training else None
+        if self.training is not None and self.training.note:
+            self.warn(f"{self.training.note}; timing the stand-ins ({self.training.loss_name}, "
+                      f"{self.training.optimizer_name}) instead")
+
+    def _training_setup(self) -> TrainingSetup:
+        """The loss and optimizer to time, fitted to the model's outputs.
+
+        A subclassed model declares no outputs: one small call shows them, so its compiled loss
+        (or the stand-in) fits them and the loss recorded in the metadata (checked on --resume)
+        is the one measured.
+        """
+        o, model = self.options, self.loaded.model
+        outputs = None
+        if not getattr(model, "outputs", None):
+            sample = structure_inputs(model, batch_arrays(self.specs, 2, o.seed, self.user_arrays), self.specs)
+            outputs = model(sample, training=False)
+        setup = resolve_training(model, o.loss, o.optimizer, self.loaded.compile_note, outputs)
+        if outputs is not None:
+            fit_to_outputs(setup, outputs)
+        return setup
 
     def load_on(self, device: Device) -> LoadedModel:
         o = self.options
         if is_path(o.model):
-            return load_model(Path(o.model), self.custom, scope=device.scope, safe_mode=o.safe_mode)
+            # Training restores the file's own compile(): its loss and optimizer are what it trains with.
+            return load_model(Path(o.model), self.custom, scope=device.scope, safe_mode=o.safe_mode,
+                              compile=o.training)
         if self.source is None:  # pickled and hashed once, copied once per device
             self.source = ModelSource.of(o.model)
         return load_model_object(self.source, scope=device.scope)

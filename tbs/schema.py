@@ -206,6 +206,8 @@ class LayerInfo(TypedDict, total=False):
     # its row is shown, never summed. ``part_of``: the layer whose activation it is, timed apart.
     in_step: bool
     part_of: str
+    # A shared layer's later call: the call that owns its variables (their update, weights and slots).
+    weights_of: str
 
 
 class ProfileMetadata(TypedDict, total=False):
@@ -218,7 +220,9 @@ class ProfileMetadata(TypedDict, total=False):
     input_source: str
     seed: int
     mode: str  # "inference" | "training"
-    training: dict[str, Any]  # loss, optimizer (name, config, source), backward_method, targets
+    # loss (name, source, serialized, weights), optimizer (name, config, source), backward_method, targets,
+    # and note: why the model's own compile() was not used where it could not be restored
+    training: dict[str, Any]
     samples: int  # the dataset's size (--samples): the report's cost per epoch
     batch_sizes: list[int]
     devices: list[dict[str, Any]]

@@ -111,3 +111,22 @@ def test_layers_that_do_nothing_in_the_mode_are_marked_inactive():
     inactive = {c.name: c.inactive for c in _capture(model).calls}
     assert inactive == {"d1": False, "drop": True, "d2": False}
     assert not any(c.inactive for c in _capture(model, training=True).calls)
+
+
+def test_under_a_mixed_precision_policy_the_graph_records_the_real_input_and_activation_edges():
+    """Keras casts a layer's inputs before the call: the first edge read 'input:?', bfloat16, half its size."""
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        inputs = keras.Input((8,), name="x")
+        logits = keras.layers.Dense(3, name="logits")(keras.layers.Dense(16, name="d")(inputs))
+        model = keras.Model(inputs, keras.layers.Activation("softmax", name="probs", dtype="float32")(logits))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    cap = capture(model, np.ones((4, 8), "float32"), False)
+    edges = {(e.src, e.dst): e for e in cap.edges}
+    first = edges[("input:x", "d")]  # float32 flows in; the layer casts it
+    assert (first.dtype, first.bytes, first.inferred) == ("float32", 4 * 8 * 4, False)
+    into_probs = edges[("logits", "probs")]  # bfloat16 logits; the float32 softmax casts them
+    assert (into_probs.dtype, into_probs.bytes, into_probs.inferred) == ("bfloat16", 4 * 3 * 2, False)
+    assert not any(e.inferred or e.src == "input:?" for e in cap.edges)
+    assert [c.sources for c in cap.calls] == [["input:x"], ["d"], ["logits"]]

@@ -88,6 +88,18 @@ def test_in_memory_custom_classes_need_no_registration(subclassed_pkl, custom_so
     assert type(copy) is type(model) and np.allclose(copy(x), model(x))
 
 
+def test_an_in_memory_model_compiled_with_an_unregistered_loss_is_copied_with_its_compile():
+    """Keras's loader restores the compile() of every copy: the script's own loss function must be offered to it."""
+
+    def local_loss(y_true, y_pred):
+        return keras.ops.mean(keras.ops.square(keras.ops.cast(y_true, y_pred.dtype) - y_pred), axis=-1)
+
+    model = sequential_model()
+    model.compile(loss=local_loss, optimizer=keras.optimizers.SGD(momentum=0.5))
+    copy = load_model_object(model).model
+    assert copy.compiled and copy.loss is local_loss and copy.optimizer.momentum == 0.5
+
+
 @pytest.mark.parametrize("thing, fragment", [
     (object(), "builtins.object, not a Keras model"),
     (keras.layers.Dense(2), "a Keras layer, not a Keras model"),

@@ -107,6 +107,43 @@ def test_rounds_spread_drift_over_every_cell():
         assert max(per_call) / min(per_call) > 1.8
 
 
+def test_a_runner_with_its_own_fixed_cost_is_sampled_with_enough_iterations_to_amortise_it():
+    """A 5 ms train step with a 5 ms fixed cost per call ran once per 10 ms sample: it read 2x its time."""
+    step = ScriptedRunner(lambda k: 5e-3, fixed=5e-3)
+    config = TimingConfig(min_samples=10, min_block_seconds=0.01, cell_budget_seconds=3.0, min_span_seconds=0.0)
+    timer = Timer(config, clock=step.clock)
+    assert timer.calibrate(step)[0] == 1  # the block alone: one call already lasts 10 ms
+    n, _ = timer.calibrate(step, amortise_fixed=True)
+    assert 5e-3 / (n * 5e-3 + 5e-3) <= 0.03 and n * 5e-3 * 10 <= 3.0  # fixed cost <= 3%; 10 samples fit the budget
+    m = Timer(config, clock=step.clock).measure(step, amortise_fixed=True)
+    assert m.summary().median_s == pytest.approx(5e-3, rel=0.035)
+    tight = Timer(TimingConfig(min_samples=10, min_block_seconds=0.01, cell_budget_seconds=0.5), clock=step.clock)
+    assert tight.calibrate(step, amortise_fixed=True)[0] == 9  # capped: 10 samples of 9 steps + 5 ms fill 0.5 s
+    free = ScriptedRunner(lambda k: 5e-3)  # no fixed cost: nothing to amortise
+    plain = Timer(config, clock=free.clock).calibrate(free)[0]
+    assert Timer(config, clock=free.clock).calibrate(free, amortise_fixed=True)[0] == plain
+
+
+def test_the_whole_train_step_and_only_it_amortises_its_own_fixed_cost(monkeypatch, tmp_path):
+    """The profiler asks it for the train step (a fixed cost well above the harness's), not for the layers."""
+    import tbs
+
+    asked = {}
+    add = Interleaved.add
+
+    def spy(self, key, runner, single_calls=0, amortise_fixed=False):
+        asked[(key[0].target, key[1])] = amortise_fixed
+        return add(self, key, runner, single_calls, amortise_fixed)
+
+    monkeypatch.setattr(Interleaved, "add", spy)
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, name="d")], name="one")
+    timing = TimingConfig(min_samples=3, cell_budget_seconds=0.05, min_block_seconds=0.001, min_span_seconds=0.0)
+    tbs.profile(model, [4], training=True, timing=timing, progress=None, report=False, analysis=False,
+                out=tmp_path / "p")
+    assert asked.pop(("model", "step")) is True
+    assert asked and not any(asked.values())  # every layer phase as before
+
+
 def test_stop_request_interrupts_between_samples():
     fake = ScriptedRunner(lambda k: 1e-3)
     timer = Timer(TimingConfig(min_block_seconds=0.001), should_stop=lambda: len(fake.calls) > 4, clock=fake.clock)

@@ -38,7 +38,7 @@ class TrainingPrograms:
     # tape), so the backward's time is this runner's minus ``forward``'s.
     backward_includes_forward: bool
     update: Runner | None  # the optimizer's update of the call's trainable variables (slots included)
-    weight_bytes: int  # every variable of the call
+    weight_bytes: int  # every variable the call owns (a shared layer's are its first call's)
     slot_bytes: int  # the optimizer's variables for the call's trainable variables
     residual_bytes: int | None  # activations kept alive for the backward; None where the program does not say
     # The compiler's analysis of one call of each phase program (keys as the runners': forward,
@@ -167,13 +167,16 @@ class Device(ABC):
 
     def training_programs(self, call: Callable[..., Any], tensors: list[Any], variables: Sequence[Any],
                           grad_inputs: Sequence[bool], make_optimizer: Callable[[], Any] | None,
-                          jit: bool, seed: int = 0) -> TrainingPrograms:
+                          jit: bool, seed: int = 0, owned: Sequence[bool] | None = None) -> TrainingPrograms:
         """Compile ``call(*tensors)``'s forward, backward and update programs (training profiles).
 
         ``variables`` are every Keras variable the call reads; its trainable ones are
         differentiated and updated. ``grad_inputs[i]`` says whether the gradient w.r.t.
         ``tensors[i]`` is needed. Cotangents are random normal values (from ``seed``) shaped
         like each floating output; ``make_optimizer()`` gives a fresh, unbuilt optimizer.
+        ``owned[j]`` is False for a variable an earlier call of a shared layer holds: a real
+        step computes its gradient here too, but updates it (and keeps it and its optimizer
+        slots in memory) once, with that call; None: the call owns every variable.
         """
         raise NotImplementedError(f"{self.backend or type(self).__name__} cannot time training phases")
 

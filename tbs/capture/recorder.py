@@ -7,7 +7,10 @@ call, whether the model is Sequential, a Functional DAG, nested, or subclassed.
 A "leaf" is any operation that is not itself a Model: its inner calls (an LSTM's
 cell, an attention layer's projections) belong to it and are not recorded apart.
 The same pass records which call produced each tensor, which gives the layer
-graph that placement needs.
+graph that placement needs. Under a dtype policy (mixed precision) Keras casts a
+layer's floating inputs in ``DTypePolicy.convert_input`` before the call: the
+recorder watches it too, so an edge is the tensor that really flows between calls
+(a float32 model input, a bfloat16 activation), with its producer, dtype and size.
 """
 
 from __future__ import annotations
@@ -87,6 +90,26 @@ class _Recorder:
         self.model_inputs: list[list[Any]] = []
         self.leaf_depth = 0
         self.name_counts: dict[str, int] = {}
+        self.cast_from: dict[int, Any] = {}  # a dtype policy's cast of a tensor -> the tensor it was cast from
+
+    def original(self, x: Any) -> Any:
+        """The tensor a call's input was cast from by a dtype policy (itself where it was not cast)."""
+        while id(x) in self.cast_from:
+            x = self.cast_from[id(x)]
+        return x
+
+    def watch_casts(self, convert_input: Callable) -> Callable:
+        """``DTypePolicy.convert_input`` that remembers each cast it makes (Keras casts inputs there)."""
+        recorder = self
+
+        def watched(policy: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
+            y = convert_input(policy, x, *args, **kwargs)
+            if y is not x:
+                recorder.cast_from[id(y)] = x
+                recorder.keep_alive.extend([x, y])  # ids stay unique while the pass runs
+            return y
+
+        return watched
 
     def register_inputs(self, inputs: Any, names: list[str]) -> None:
         flat = iter_tensors(inputs)
@@ -123,12 +146,13 @@ class _Recorder:
         seen: set[tuple[str, int]] = set()
         sources = []
         for x in flat_in:
-            src, inferred = self.producer_of(x)
+            real = self.original(x)  # what flows into the call; a dtype policy casts it inside
+            src, inferred = self.producer_of(real)
             sources.append(src)
-            if (src, id(x)) in seen:
+            if (src, id(real)) in seen:
                 continue
-            seen.add((src, id(x)))
-            self.edges.append(Edge(src, name, tensor_shape(x), dtype_name(x), tensor_bytes(x), inferred))
+            seen.add((src, id(real)))
+            self.edges.append(Edge(src, name, tensor_shape(real), dtype_name(real), tensor_bytes(real), inferred))
         for x in flat_out:
             self.producers[id(x)] = name
         self.keep_alive.extend(flat_in + flat_out)
@@ -207,6 +231,7 @@ def capture(model: Any, inputs: Any, training: bool, device: Device | None = Non
     accelerators, where TensorFlow silently falls back to the CPU for ops without
     a kernel).
     """
+    from keras.src.dtype_policies.dtype_policy import DTypePolicy
     from keras.src.ops.operation import Operation
 
     keras = _keras()
@@ -215,14 +240,16 @@ def capture(model: Any, inputs: Any, training: bool, device: Device | None = Non
     watch = device.watch_ops if device is not None and record_devices else (lambda: nullcontext({}))
     recorder = _Recorder(model, watch)
     recorder.register_inputs(inputs, input_names(model))
-    original = Operation.__call__
+    original, convert_input = Operation.__call__, DTypePolicy.convert_input
     Operation.__call__ = recorder.hook(original)
+    DTypePolicy.convert_input = recorder.watch_casts(convert_input)
     try:
         with device.capture_context() if device is not None else nullcontext():
             outputs = model(inputs, training=training)
     finally:
         Operation.__call__ = original
+        DTypePolicy.convert_input = convert_input
     for x in iter_tensors(outputs):
-        src, inferred = recorder.producer_of(x)
+        src, inferred = recorder.producer_of(recorder.original(x))
         recorder.edges.append(Edge(src, "output", tensor_shape(x), dtype_name(x), tensor_bytes(x), inferred))
     return Capture(calls=recorder.calls, edges=recorder.edges, outputs=outputs)

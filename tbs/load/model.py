@@ -17,6 +17,7 @@ import inspect
 import pickle
 import re
 import sys
+import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,8 @@ class LoadedModel:
     name: str
     sha256: str
     format: str
+    # Why the model's own compile() (loss, optimizer) could not be restored; "" when it was, or was never asked.
+    compile_note: str = ""
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -156,20 +159,31 @@ def _check_model(model: Any, where: str | None = None) -> None:
         raise ModelLoadError(f"{subject} was never built; call it once on data (or build it) {fix}")
 
 
+# Keras restores a compiled model's optimizer variables only when the optimizer was built before saving;
+# tbs times fresh optimizers, so the warning says nothing the user needs.
+_OPTIMIZER_WARNING = "Skipping variable loading for optimizer"
+
+
 def load_model(path: Path, custom_objects: dict[str, Any] | None = None,
-               scope: Callable[[], ContextManager] = nullcontext, safe_mode: bool = True) -> LoadedModel:
+               scope: Callable[[], ContextManager] = nullcontext, safe_mode: bool = True,
+               compile: bool = False) -> LoadedModel:
     """Load and validate a model file; every failure becomes a one-line ModelLoadError.
 
     ``safe_mode`` is Keras's: off, a .keras file may run the code it holds (Lambda layers).
-    A pickle runs code whatever it says: the user chose to load it.
+    A pickle runs code whatever it says: the user chose to load it. ``compile`` (training)
+    restores a .keras file's own compile() -- its loss and optimizer, as Keras's ``load_model``
+    does -- and where that fails (a loss nobody defined here) loads it uncompiled and says why
+    in ``compile_note``, so the profile runs with stand-ins instead of refusing the model.
     """
     path = Path(path)
     check_model_file(path)
     keras = _keras()
     custom_objects = custom_objects or {}
     suffix = path.suffix.lower()
+    note = ""
     try:
-        with scope(), keras.saving.custom_object_scope(custom_objects):
+        with scope(), keras.saving.custom_object_scope(custom_objects), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_OPTIMIZER_WARNING)
             if suffix in PICKLE_SUFFIXES:
                 import cloudpickle  # noqa: F401  (registers reducers cloudpickle-made files may need)
 
@@ -177,13 +191,31 @@ def load_model(path: Path, custom_objects: dict[str, Any] | None = None,
                     model = pickle.load(f)
                 fmt = "pickle"
             else:
-                model = keras.saving.load_model(path, custom_objects=custom_objects, compile=False,
-                                                safe_mode=safe_mode)
+                model, note = _load_keras(path, custom_objects, safe_mode, compile)
                 fmt = "keras"
     except Exception as exc:
         raise _load_error(path, exc) from None
     _check_model(model, str(path))
-    return LoadedModel(model=model, path=path, name=path.stem, sha256=_file_sha256(path), format=fmt)
+    return LoadedModel(model=model, path=path, name=path.stem, sha256=_file_sha256(path), format=fmt,
+                       compile_note=note)
+
+
+def _load_keras(path: Path, custom_objects: dict[str, Any], safe_mode: bool, compile: bool) -> tuple[Any, str]:
+    """A .keras model, compiled as saved when asked; uncompiled with the reason when its compile() fails."""
+    keras = _keras()
+    if compile:
+        try:
+            return keras.saving.load_model(path, custom_objects=custom_objects, compile=True, safe_mode=safe_mode), ""
+        except Exception as exc:
+            failed = exc
+    model = keras.saving.load_model(path, custom_objects=custom_objects, compile=False, safe_mode=safe_mode)
+    if not compile:
+        return model, ""
+    missing = _missing_name(failed)
+    why = (f"it needs '{missing}', which is not defined here; pass --custom-objects FILE.py defining it"
+           if missing else f"{_first_line(failed)[:160]}; pass --custom-objects with the code it needs")
+    return model, (f"the model's own compile() could not be restored from '{path.name}': {why}, "
+                   f"or choose --loss and --optimizer")
 
 
 IN_MEMORY_FORMAT = "in-memory"
@@ -199,7 +231,8 @@ class ModelSource:
     name: str
     data: bytes
     sha256: str  # of the model's name, layer classes and weights (stable across processes)
-    classes: tuple[tuple[str, type], ...]  # the model's own layer classes, for Keras's loader
+    # The model's own layer classes, and the functions and classes its compile() names, for Keras's loader.
+    classes: tuple[tuple[str, Any], ...]
 
     @classmethod
     def of(cls, model: Any) -> "ModelSource":
@@ -216,7 +249,8 @@ class ModelSource:
         # Pickled bytes carry save timestamps; the model's identity is its layers and weights,
         # so a new process profiling the same model can --resume its profile.
         identity = hashlib.sha256(f"{model.name}|{[name for name, _ in classes]}|{_weights_digest(model)}".encode())
-        return cls(name=str(model.name), data=data, sha256=identity.hexdigest(), classes=classes)
+        return cls(name=str(model.name), data=data, sha256=identity.hexdigest(),
+                   classes=classes + compile_objects(model))
 
     def copy(self, scope: Callable[[], ContextManager] = nullcontext) -> Any:
         """A new, independent model from the bytes, its variables made under ``scope()``."""
@@ -224,7 +258,8 @@ class ModelSource:
 
         keras = _keras()
         try:
-            with scope(), keras.saving.custom_object_scope(dict(self.classes)):
+            with scope(), keras.saving.custom_object_scope(dict(self.classes)), warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=_OPTIMIZER_WARNING)
                 return cloudpickle.loads(self.data)
         except Exception as exc:
             raise ModelLoadError(f"cannot copy the in-memory model '{self.name}': {_first_line(exc)}; "
@@ -240,6 +275,24 @@ def _model_classes(model: Any) -> tuple[tuple[str, type], ...]:
     found: dict[str, type] = {}
     for layer in layers:
         found.setdefault(type(layer).__name__, type(layer))
+    return tuple(found.items())
+
+
+def compile_objects(model: Any) -> tuple[tuple[str, Any], ...]:
+    """The functions and classes a compiled model's compile() names (a custom loss or metric), by name.
+
+    A copy is unpickled through Keras's loader, which restores the compile() too: an unregistered
+    loss function defined in the user's script must be offered to it, or the copy fails.
+    """
+    config = getattr(getattr(model, "_compile_config", None), "config", None)
+    if not isinstance(config, dict):
+        return ()
+    found: dict[str, Any] = {}
+    for value in _keras().tree.flatten(list(config.values())):
+        if inspect.isfunction(value):
+            found.setdefault(value.__name__, value)
+        elif value is not None and not isinstance(value, (str, int, float, bool)):
+            found.setdefault(type(value).__name__, type(value))
     return tuple(found.items())
 
 

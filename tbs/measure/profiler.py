@@ -353,7 +353,7 @@ class Profiler:
             try:
                 programs = cell.programs()
                 for i, (phase, runner) in enumerate(programs.items()):  # single calls: of the first program
-                    sampler.add((key, phase), runner, single_calls=cell.single_calls if i == 0 else 0)
+                    sampler.add((key, phase), runner, cell.single_calls if i == 0 else 0, cell.amortise_fixed)
                     self.restorers.extend([runner.restore] if hasattr(runner, "restore") else [])
             except Interrupted:
                 raise

@@ -31,6 +31,8 @@ class Cell:
     build: Callable[[dict[str, Measurement]], dict[str, Any]]  # phase -> measurement, to the row
     target: str = "layer"  # samples.csv's target: "layer" | "model"
     single_calls: int = 0  # single (unblocked) calls timed after sampling: the dispatch overhead
+    # Grow its iterations until its own fixed per-call cost is amortised (a whole train step: see timing.py).
+    amortise_fixed: bool = False
     # The compiler's analysis of the cell's programs (phase -> ProgramCost), asked once they compile.
     analyse: Callable[[], dict[str, ProgramCost]] | None = None
     call: LayerCall | None = None  # the layer call (for the shape formulas where the compiler says nothing)

@@ -8,6 +8,13 @@ iteration), is subtracted, so layers and the whole model are corrected alike.
 Sampling stops when the 95% CI of the median is within +-target of it (after at
 least ``min_samples``, spread over at least ``min_span_seconds``), or when the
 cell's budget runs out: then it is noisy.
+
+A program can cost more per call than the empty loop (a whole train step reads and
+writes every variable and optimizer slot around its loop: 1.5-7 ms here), and a
+5-10 ms step sized by ``min_block_seconds`` alone ran once or twice per sample, each
+sample carrying that cost. Such a runner is calibrated with ``amortise_fixed``: its own
+fixed per-call cost is fitted and n grows until that cost is at most 3% of a sample,
+as far as the cell's budget allows its minimum samples.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from tbs.measure.stats import Summary, summarize
 from tbs.schema import Status
 
 Runner = Callable[[int], None]
+FIXED_COST_FRACTION = 0.03  # a runner's own fixed per-call cost, at most this share of a sample (amortise_fixed)
+FIT_REPEATS = 2  # calls of each size when fitting that cost (the best is kept)
 
 
 @dataclass(frozen=True)
@@ -146,10 +155,12 @@ class Timer:
         runner(n)
         return self.clock() - start
 
-    def calibrate(self, runner: Runner) -> tuple[int, float]:
+    def calibrate(self, runner: Runner, amortise_fixed: bool = False) -> tuple[int, float]:
         """Warm up (first call traces and compiles) and pick iterations per sample.
 
-        Returns (iterations, first_call_seconds including one call's work).
+        With ``amortise_fixed`` n also grows until the runner's own fixed per-call cost is
+        amortised (see the module docstring). Returns (iterations, first_call_seconds
+        including one call's work).
         """
         first = self.timed(runner, 1)
         elapsed = self.timed(runner, 1)
@@ -161,12 +172,35 @@ class Timer:
             grow = self.config.min_block_seconds / max(elapsed, 1e-7)
             n = int(min(self.config.max_iterations, max(n * 2, math.ceil(n * grow * 1.2))))
             elapsed = self.timed(runner, n)
+        if amortise_fixed:
+            n = self.amortised(runner, n, elapsed)
         return n, first
 
-    def measure(self, runner: Runner, harness: Runner | None = None, single_calls: int = 0) -> Measurement:
+    def amortised(self, runner: Runner, n: int, elapsed: float) -> int:
+        """Iterations per sample that make the runner's fixed per-call cost at most FIXED_COST_FRACTION of a sample.
+
+        The cost is fitted from the best of FIT_REPEATS calls at 1 and at m iterations:
+        t(k) = fixed + k * per_iteration. n stays where the cell's budget could not hold
+        its minimum samples of more iterations (a long step is its own amortisation).
+        """
+        cfg = self.config
+        sample_s = cfg.cell_budget_seconds / cfg.min_samples  # the longest sample that lets the minimum fit
+        if elapsed >= sample_s or n >= cfg.max_iterations:
+            return n
+        m = max(4, 2 * n)
+        one = min(self.timed(runner, 1) for _ in range(FIT_REPEATS))
+        many = min(self.timed(runner, m) for _ in range(FIT_REPEATS))
+        per_iteration = max((many - one) / (m - 1), 1e-9)
+        fixed = max(one - per_iteration, 0.0)
+        wanted = math.ceil(fixed * (1.0 - FIXED_COST_FRACTION) / (FIXED_COST_FRACTION * per_iteration))
+        most = min(cfg.max_iterations, int((sample_s - fixed) / per_iteration + 1e-9))
+        return max(n, min(wanted, most))
+
+    def measure(self, runner: Runner, harness: Runner | None = None, single_calls: int = 0,
+                amortise_fixed: bool = False) -> Measurement:
         """Calibrate and sample one runner alone (see Interleaved for many)."""
         sampler = Interleaved(self, harness)
-        sampler.add("cell", runner, single_calls)
+        sampler.add("cell", runner, single_calls, amortise_fixed)
         results: dict[Hashable, Measurement] = {}
         sampler.run(on_done=results.__setitem__)
         return results["cell"]
@@ -191,9 +225,9 @@ class Interleaved:
         self.harness_block: list[float] = []
         self.cells: list[_Cell] = []
 
-    def add(self, key: Hashable, runner: Runner, single_calls: int = 0) -> None:
+    def add(self, key: Hashable, runner: Runner, single_calls: int = 0, amortise_fixed: bool = False) -> None:
         """Compile, warm up and calibrate a cell now (errors are the caller's to record)."""
-        iterations, first = self.timer.calibrate(runner)
+        iterations, first = self.timer.calibrate(runner, amortise_fixed)
         self.cells.append(_Cell(key, runner, iterations, first, single_calls))
 
     @property

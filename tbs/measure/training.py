@@ -10,6 +10,10 @@ trainable variables, and an input's gradient only when that input is floating po
 and produced by a layer that is trainable or has a trainable layer before it. A layer
 with neither (preprocessing in front of the first trainable layer) has no backward;
 asking for more gradients than a real step computes would inflate the sum.
+
+A shared layer (one layer called twice, as in a siamese network) computes its weights'
+gradients in each call's backward, but a real step updates each variable once: its
+update, its weights and its optimizer slots belong to the first call that uses it.
 """
 
 from __future__ import annotations
@@ -53,9 +57,28 @@ def gradient_plan(calls: list[LayerCall]) -> dict[str, list[bool]]:
     return plan
 
 
+def variable_owners(calls: list[LayerCall]) -> tuple[dict[str, list[bool]], dict[str, str]]:
+    """Per call, per variable of its layer: is it the first call to use it (its update and memory are this call's)?
+
+    Also, for each later call of a shared layer that owns none of its variables, the call that does.
+    """
+    first: dict[int, str] = {}
+    owned: dict[str, list[bool]] = {}
+    weights_of: dict[str, str] = {}
+    for call in calls:
+        variables = list(getattr(call.op, "variables", None) or ())
+        owned[call.name] = [first.setdefault(id(v), call.name) == call.name for v in variables]
+        if variables and not any(owned[call.name]):
+            weights_of[call.name] = first[id(variables[0])]
+    return owned, weights_of
+
+
 def structure(cap: Capture, plan: dict[str, list[bool]], setup: TrainingSetup) -> tuple[dict[str, dict], list[dict]]:
-    """Per layer: trainable and grad_inputs; the loss's own entry; the graph's edges with ``grad``, loss edges added."""
-    layers = {c.name: {"trainable": is_trainable(c.op), "grad_inputs": plan[c.name]} for c in cap.calls}
+    """Per layer: trainable, grad_inputs and (a shared layer's later calls) ``weights_of``; the loss's own entry;
+    the graph's edges with ``grad``, loss edges added."""
+    _, weights_of = variable_owners(cap.calls)
+    layers = {c.name: {"trainable": is_trainable(c.op), "grad_inputs": plan[c.name],
+                       **({"weights_of": weights_of[c.name]} if c.name in weights_of else {})} for c in cap.calls}
     flows = {(c.name, src) for c in cap.calls for src, wanted in zip(c.sources, plan[c.name]) if wanted}
     edges = []
     for edge in cap.edges:
@@ -152,6 +175,7 @@ class TrainingCells:
         self.jit, self.seed, self.confidence = jit, seed, confidence
         self.tensors_fn, self.rebuild_fn = tensors_fn, rebuild_fn
         self.plan = gradient_plan(cap.calls)
+        self.owned, _ = variable_owners(cap.calls)
         self.outputs = tensors_fn(cap.outputs)
         self.targets = device.place(setup.targets(self.outputs, int(np.shape(self.outputs[0])[0]), seed))
         # Output activations the step never runs (the loss reads their logits): timed apart, never summed.
@@ -187,9 +211,10 @@ class TrainingCells:
 
     def layer(self, call: LayerCall, label: str, base: dict[str, Any]) -> rows.Cell:
         wanted, variables = self.plan[call.name], getattr(call.op, "variables", ())
+        owned = self.owned[call.name]  # a shared layer's variables: updated (and held) by their first call only
         invoke, skip = invoker(call, self.rebuild_fn), self.skipped.get(call.name)
         if skip is not None and skip.whole_layer:  # the step runs none of it: its forward alone, not summed
-            wanted, variables, base = [False] * len(wanted), (), dict(base, in_step=False)
+            wanted, variables, owned, base = [False] * len(wanted), (), [], dict(base, in_step=False)
         else:
             base = dict(base, in_step=True)
             if skip is not None:  # timed up to its logits, as the step runs it
@@ -197,10 +222,13 @@ class TrainingCells:
 
         def compile() -> TrainingPrograms:
             return self.device.training_programs(invoke, self.tensors_fn((call.args, call.kwargs)), variables, wanted,
-                                                 self.setup.make_optimizer if variables else None, self.jit, self.seed)
+                                                 self.setup.make_optimizer if variables else None, self.jit, self.seed,
+                                                 owned)
 
-        # Its programs depend on the input gradients it computes and on what of it the step runs, too.
-        signature = call_signature(call, self.device.name, "training", (tuple(wanted), base["in_step"], skip is not None))
+        # Its programs depend on the input gradients it computes, on what of it the step runs, and on
+        # which variables it updates (a shared layer's later calls update none).
+        signature = call_signature(call, self.device.name, "training",
+                                   (tuple(wanted), base["in_step"], skip is not None, tuple(owned)))
         return self._cell(label, base, (call.args, call.kwargs, call.outputs), compile, sum(wanted), call, signature)
 
     def activation(self, skip: SkippedActivation, label: str, base: dict[str, Any]) -> rows.Cell:
@@ -248,8 +276,10 @@ class TrainingCells:
         def build(parts: dict[str, Measurement]) -> dict[str, Any]:
             return rows.model_row(base, parts[STEP], copy_seconds, input_bytes, self.confidence)
 
+        # The step reads and writes every variable and slot around its loop: a fixed cost per call
+        # well above the empty harness's, amortised over more steps per sample.
         return rows.Cell(label, base, (inputs, self.cap.outputs), programs, build, target="model",
-                         single_calls=rows.SINGLE_CALLS, analyse=analyse)
+                         single_calls=rows.SINGLE_CALLS, analyse=analyse, amortise_fixed=True)
 
 
 

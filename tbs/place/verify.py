@@ -31,7 +31,7 @@ from tbs.backends.tensors import iter_tensors, replace_tensors
 from tbs.capture.recorder import Capture, LayerCall, capture
 from tbs.errors import TbsError, TbsWarning
 from tbs.load.inputs import batch_arrays, check_input_arrays, input_specs, load_user_input, structure_inputs
-from tbs.load.model import ModelSource, load_model, load_model_object
+from tbs.load.model import ModelSource, compile_objects, load_model, load_model_object
 from tbs.load.training import TrainingSetup
 from tbs.measure.training import gradient_plan
 from tbs.measure import neighbours
@@ -222,8 +222,9 @@ def _batch_of_inputs(profile: Profile, specs: list[Any], batch: int, arrays: Any
     return batch_arrays(specs, batch, int(profile.metadata.get("seed", 0)), user)
 
 
-def _split_training(profile: Profile, reference: Capture, batch: int, devices: dict[str, Device]) -> SplitTraining:
-    setup = TrainingSetup.from_metadata(profile.metadata.get("training") or {})
+def _split_training(profile: Profile, reference: Capture, batch: int, devices: dict[str, Device],
+                    custom_objects: dict[str, Any]) -> SplitTraining:
+    setup = TrainingSetup.from_metadata(profile.metadata.get("training") or {}, custom_objects)
     outputs = iter_tensors(reference.outputs)
     host = devices[profile.metadata.get("host_device") or next(iter(devices))]
     targets = setup.targets(outputs, batch, int(profile.metadata.get("seed", 0)))
@@ -255,7 +256,9 @@ def verify_recommendation(profile: Profile, rec: Recommendation, custom_objects:
     candidates += [(e.name, e.placement, e.seconds_per_batch) for e in rec.single_devices]
     fields = TimingConfig.__dataclass_fields__
     config = TimingConfig(**{k: v for k, v in (profile.metadata.get("timing") or {}).items() if k in fields})
-    trainer = _split_training(profile, captures[host.name], batch, found) if training else None
+    # The loss the profile recorded may be a function of the user's (--custom-objects, or the model's compile()).
+    objects = dict(custom_objects or {}, **dict(compile_objects(model) if model is not None else ()))
+    trainer = _split_training(profile, captures[host.name], batch, found, objects) if training else None
     registration = neighbours.register(f"a --verify replay of {profile.directory}",
                                        lambda message: warnings.warn(message, TbsWarning, stacklevel=3))
     try:

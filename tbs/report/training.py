@@ -44,6 +44,7 @@ def section_training(data: ReportData) -> str:
                        for k, v in (optimizer.get("config") or {}).items() if v is not None and k != "name")
     facts = [("loss", _what(meta.get("loss"))), ("optimizer", _what(optimizer) + (f": {config}" if config else "")),
              ("backward measured by", meta.get("backward_method") or "-"), ("targets", meta.get("targets") or "-")]
+    facts += [("note", meta["note"])] if meta.get("note") else []  # why the model's own compile() was not used
     items = "".join(f"<li>{esc(k)}: <b>{esc(v)}</b></li>" for k, v in facts)
     return (f'<h2 id="training">Training</h2><ul>{items}</ul>'
             '<p class="note">Training profile: every layer\'s time is its whole train step on that device, '

@@ -183,11 +183,11 @@ class JaxDevice(Device):
 
     def training_programs(self, call: Callable[..., Any], tensors: list[Any], variables: Sequence[Any],
                           grad_inputs: Sequence[bool], make_optimizer: Callable[[], Any] | None,
-                          jit: bool, seed: int = 0) -> TrainingPrograms:
+                          jit: bool, seed: int = 0, owned: Sequence[bool] | None = None) -> TrainingPrograms:
         from tbs.backends.jax import training
 
         return training.training_programs(self._put, lambda *t: call(*t), tensors, variables, grad_inputs,
-                                          make_optimizer, seed, _arrays, _views_of_inputs, _total)
+                                          make_optimizer, seed, _arrays, _views_of_inputs, _total, owned)
 
     def train_step(self, model: Any, tensors: list[Any], rebuild: Callable[[list[Any]], Any], targets: list[Any],
                    loss: Callable[[list[Any], Any], Any], make_optimizer: Callable[[], Any], jit: bool) -> Runner:

@@ -28,7 +28,8 @@ def _jax() -> Any:
 class _Call:
     """One placed call's compiled forward (with VJP), backward and update, and its variables' current values."""
 
-    def __init__(self, step: PlacedStep, arrays: Callable[[Any], list[Any]], make_optimizer: Callable[[], Any]) -> None:
+    def __init__(self, step: PlacedStep, arrays: Callable[[Any], list[Any]], make_optimizer: Callable[[], Any],
+                 updates: bool = True) -> None:
         jax = _jax()
         self.step, self.put = step, step.device._put
         call = step.call
@@ -62,7 +63,8 @@ class _Call:
         self.forward = jax.jit(forward)
         self.backward = jax.jit(lambda vjp, cotangents: vjp(cotangents))
         self.optimizer = None
-        if trainable:
+        self.trainable = bool(trainable)
+        if trainable and updates:
             self.optimizer = make_optimizer()
             self.optimizer.build(trainable)
             self.slots = [self.put(v.value) for v in self.optimizer.variables]
@@ -110,7 +112,14 @@ def split_train_runner(steps: list[PlacedStep], outputs: list[Source], inputs: l
                        loss: Callable[[list[Any], Any], Any], loss_put: Callable[[Any], Any],
                        make_optimizer: Callable[[], Any], arrays: Callable[[Any], list[Any]]) -> Runner:
     jax = _jax()
-    calls = [_Call(step, arrays, make_optimizer) for step in steps]
+    calls: list[_Call] = []
+    seen: set[int] = set()
+    for step in steps:
+        # A shared layer's later call computes its weight gradients, and its first call updates them (once per
+        # variable, as a real step does; the update applies that call's share of the gradient, which times the same).
+        variables = [id(v) for v in getattr(step.call.op, "variables", ())]
+        calls.append(_Call(step, arrays, make_optimizer, updates=not variables or not seen.issuperset(variables)))
+        seen.update(variables)
     ys = [loss_put(t) for t in targets]
 
     def loss_and_gradient(ys: list[Any], outs: list[Any]) -> Any:
@@ -129,7 +138,7 @@ def split_train_runner(steps: list[PlacedStep], outputs: list[Source], inputs: l
             if src[0] != "input":
                 _accumulate(cotangents, src, grad)
         for call in reversed(calls):
-            if call.wanted or call.optimizer is not None:
+            if call.wanted or call.trainable:
                 call.run_backward(cotangents)
         return [value] + [call.run_update() for call in calls]
 

@@ -137,11 +137,16 @@ def _update(optimizer: Any, grads: list[Any], train_values: list[Any], slot_valu
 def training_programs(place: Callable[[Any], Any], call: Callable[..., Any], tensors: list[Any],
                       variables: Sequence[Any], grad_inputs: Sequence[bool], make_optimizer: Callable[[], Any] | None,
                       seed: int, arrays: Callable[[Any], list[Any]], views_of: Callable[..., list[bool]],
-                      total: Callable[[list[Any]], Any]) -> TrainingPrograms:
-    """The three phases of ``call(*tensors)`` (see the module docstring); ``place`` puts an array on the device."""
+                      total: Callable[[list[Any]], Any], owned: Sequence[bool] | None = None) -> TrainingPrograms:
+    """The three phases of ``call(*tensors)`` (see the module docstring); ``place`` puts an array on the device.
+
+    A variable not ``owned`` (a shared layer's, held by its first call) gets its gradient, not its update.
+    """
     jax = _jax()
     variables = list(variables)
+    owned = [True] * len(variables) if owned is None else list(owned)
     trainable = [v for v in variables if v.trainable]
+    updated = [i for i, own in enumerate([own for v, own in zip(variables, owned) if v.trainable]) if own]
     state = [v for v in variables if not v.trainable]
     train_values, state_values = [place(v.value) for v in trainable], [place(v.value) for v in state]
     tensors = [place(t) for t in tensors]
@@ -151,7 +156,7 @@ def training_programs(place: Callable[[Any], Any], call: Callable[..., Any], ten
     shapes, _ = jax.eval_shape(pure, train_values, state_values, *tensors)
     float_outputs = [k for k, s in enumerate(shapes) if _is_float(s)]
     wanted = [i for i, (flag, t) in enumerate(zip(grad_inputs, tensors)) if flag and _is_float(t)]
-    weight_bytes = _bytes([v.value for v in variables])
+    weight_bytes = _bytes([v.value for v, own in zip(variables, owned) if own])
     if not float_outputs or not (trainable or wanted):
         return TrainingPrograms(forward, None, False, None, weight_bytes, 0, None,
                                 _forward_cost(pure, train_values, state_values, tensors))
@@ -162,15 +167,16 @@ def training_programs(place: Callable[[Any], Any], call: Callable[..., Any], ten
     backward, (weight_grads, _) = _backward(f, train_values, wanted_values, cotangents)
     residual_bytes = _residual_bytes(f, train_values, wanted_values)
     costs = _costs(pure, train_values, state_values, tensors, f, wanted_values, cotangents)
-    if not trainable or make_optimizer is None:
+    if not updated or make_optimizer is None:
         return TrainingPrograms(forward, backward, False, None, weight_bytes, 0, residual_bytes, costs)
     optimizer = make_optimizer()
-    optimizer.build(trainable)
+    optimizer.build([trainable[i] for i in updated])
     slots = [place(v.value) for v in optimizer.variables]
-    update = _update(optimizer, list(weight_grads), train_values, slots)
+    grads, values = [weight_grads[i] for i in updated], [train_values[i] for i in updated]
+    update = _update(optimizer, grads, values, slots)
     return TrainingPrograms(forward, backward, False, update, weight_bytes, _bytes(slots), residual_bytes,
                             _costs(pure, train_values, state_values, tensors, f, wanted_values, cotangents,
-                                   (optimizer, list(weight_grads), slots)))
+                                   (optimizer, grads, slots), values))
 
 
 def _forward_cost(pure: Callable[..., Any], train_values: list[Any], state_values: list[Any],
@@ -182,7 +188,8 @@ def _forward_cost(pure: Callable[..., Any], train_values: list[Any], state_value
 
 def _costs(pure: Callable[..., Any], train_values: list[Any], state_values: list[Any], tensors: list[Any],
            f: Callable[..., Any], wanted_values: list[Any], cotangents: list[Any],
-           update: tuple[Any, list[Any], list[Any]] | None = None) -> Callable[[], dict[str, Any]]:
+           update: tuple[Any, list[Any], list[Any]] | None = None,
+           updated_values: list[Any] | None = None) -> Callable[[], dict[str, Any]]:
     """XLA's analysis of one call of each phase: the forward, the VJP of saved residuals, the update."""
     from tbs.backends.jax.analysis import lowered_cost
 
@@ -193,7 +200,7 @@ def _costs(pure: Callable[..., Any], train_values: list[Any], state_values: list
                  "backward": lowered_cost(lambda v, g: v(g), vjp, cotangents)}
         if update is not None:
             optimizer, grads, slots = update
-            found["update"] = lowered_cost(optimizer.stateless_apply, slots, grads, train_values)
+            found["update"] = lowered_cost(optimizer.stateless_apply, slots, grads, updated_values)
         return found
 
     return costs

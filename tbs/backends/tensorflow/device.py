@@ -160,9 +160,10 @@ class TFDevice(Device):
 
     def training_programs(self, call: Callable[..., Any], tensors: list[Any], variables: Sequence[Any],
                           grad_inputs: Sequence[bool], make_optimizer: Callable[[], Any] | None,
-                          jit: bool, seed: int = 0) -> TrainingPrograms:
+                          jit: bool, seed: int = 0, owned: Sequence[bool] | None = None) -> TrainingPrograms:
         """Forward, forward+backward (a gradient needs its tape) and update runners: see training.py."""
-        return training.training_programs(self, call, tensors, variables, grad_inputs, make_optimizer, jit, seed)
+        return training.training_programs(self, call, tensors, variables, grad_inputs, make_optimizer, jit, seed,
+                                          owned)
 
     def loss_reads_logits(self, loss: Callable[[list[Any], Any], Any], targets: list[Any],
                           outputs: list[Any]) -> list[bool]:

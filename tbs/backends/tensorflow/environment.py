@@ -49,16 +49,34 @@ def native_stderr_captured() -> Iterator[None]:
                 sys.stderr.write(sink.read().decode(errors="replace"))
 
 
+_MODULE: ModuleType | None = None  # TensorFlow, once tbs has quieted it
+
+
 def tensorflow() -> ModuleType:
-    """The tensorflow module, imported with its logs silenced."""
+    """The tensorflow module, imported with its logs silenced; cached after the first call.
+
+    Traced code calls this too (every TensorFlow helper here does), so after the first call it
+    touches nothing but the cache: AutoGraph converts what a traced function calls, and an
+    ``os.environ`` call inside it printed every environment variable (secrets included) to stderr.
+    TensorFlow's Python loggers are quieted whether tbs imported it or the user did before.
+    """
+    global _MODULE
+    if _MODULE is not None:
+        return _MODULE
     quiet_environment()
     if "tensorflow" in sys.modules:
         import tensorflow as tf
+    else:
+        with warnings.catch_warnings(), native_stderr_captured():
+            warnings.simplefilter("ignore")
+            import tensorflow as tf
+    _quiet_loggers(tf)
+    _MODULE = tf
+    return tf
 
-        return tf
-    with warnings.catch_warnings(), native_stderr_captured():
-        warnings.simplefilter("ignore")
-        import tensorflow as tf
+
+def _quiet_loggers(tf: ModuleType) -> None:
+    """TensorFlow's and absl's Python loggers at ERROR: retracing and AutoGraph warnings are not the user's."""
     tf.get_logger().setLevel(logging.ERROR)
     try:
         from absl import logging as absl_logging
@@ -66,7 +84,6 @@ def tensorflow() -> ModuleType:
         absl_logging.set_verbosity(absl_logging.ERROR)
     except ImportError:  # absl ships with TensorFlow; tolerate its absence
         pass
-    return tf
 
 
 def configure() -> None:

@@ -56,8 +56,11 @@ def split_train_runner(host: "TFDevice", steps: list[PlacedStep], outputs: list[
                        make_optimizer: Callable[[], Any]) -> Runner:
     tf = _tensorflow()
     groups: dict[str, tuple[Any, list[Any]]] = {}
+    seen: set[int] = set()
     for step in steps:
-        variables = list(getattr(step.call.op, "trainable_variables", None) or [])
+        # A shared layer's variables once, with its first call: the tape sums both calls' gradients.
+        variables = [v for v in getattr(step.call.op, "trainable_variables", None) or [] if id(v) not in seen]
+        seen.update(id(v) for v in variables)
         if variables:
             groups.setdefault(step.device.name, (step.device, []))[1].extend(variables)
     optimizers = {}

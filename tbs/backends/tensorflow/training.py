@@ -249,18 +249,20 @@ class _WithCost:
 
 def training_programs(device: TFDevice, call: Callable[..., Any], tensors: list[Any], variables: Sequence[Any],
                       grad_inputs: Sequence[bool], make_optimizer: Callable[[], Any] | None, jit: bool,
-                      seed: int = 0) -> TrainingPrograms:
+                      seed: int = 0, owned: Sequence[bool] | None = None) -> TrainingPrograms:
     """Compile one call's forward, forward+backward and update runners (see ``Device.training_programs``)."""
     tf = _tensorflow()
+    owned = [True] * len(variables) if owned is None else list(owned)
     trainable = [v.value for v in variables if v.trainable]
+    updated = [i for i, own in enumerate([own for v, own in zip(variables, owned) if v.trainable]) if own]
     flagged = [i for i, (t, wanted) in enumerate(zip(tensors, grad_inputs))
                if wanted and t.dtype.is_floating]
-    weight_bytes = sum(_bytes(v.value.shape, v.value.dtype) or 0 for v in variables)
+    weight_bytes = sum(_bytes(v.value.shape, v.value.dtype) or 0 for v, own in zip(variables, owned) if own)
     forward = device.compile_blocked(call, tensors, jit, variables)
     backward = both = update = residuals = None
     slot_bytes = 0
     if trainable or flagged:
-        want_update = bool(trainable) and make_optimizer is not None
+        want_update = bool(updated) and make_optimizer is not None
         with tf.device(device.tf_name):
             cotangents, grads = _eager_pass(call, tensors, trainable, seed, want_update)
         if cotangents:
@@ -272,8 +274,9 @@ def training_programs(device: TFDevice, call: Callable[..., Any], tensors: list[
                                                                                       cotangents))
                 both = device.compile_blocked(step, tensors, jit, variables)
             residuals = residual_bytes(call, tensors, trainable, flagged, cotangents)
-        if grads is not None and make_optimizer is not None:
-            update, slot_bytes = _update(device, trainable, grads, make_optimizer, jit)
+        if grads is not None and make_optimizer is not None:  # the variables it owns: one update per variable
+            update, slot_bytes = _update(device, [trainable[i] for i in updated], [grads[i] for i in updated],
+                                         make_optimizer, jit)
     def costs() -> dict[str, Any]:
         found = {"forward": analysis.program_cost(device.tf_name, device.kind, call, list(tensors))}
         if backward is not None:
