@@ -249,10 +249,11 @@ def predict(profile: Profile | PathLike, devices: str | Sequence[str], *, source
             catalog: PathLike | None = None, prices: str | Mapping[str, float] | None = None) -> Profile:
     """The profile with predicted cells for catalog devices it did not measure (``profile.predictions``).
 
-    Each layer's measured time on ``source`` (default: a measured device of the target's kind,
-    else the CPU) is scaled by a roofline model of the compiler's FLOPs and bytes against the
-    target's catalog ceilings, with a 90% band; every row says ``source=predicted`` and its
-    method. ``prices`` override catalog prices by device id (``h100=2.5``). Nothing measured changes.
+    A GPU predicted from a CPU profile is priced by the GPU model fitted on published GPU
+    measurements, from each layer's FLOPs, bytes and shapes (tbs.predictions.gpu_model); any
+    other target scales each layer's measured time on ``source`` (default: a measured device of
+    the target's kind, else the CPU) by a roofline against its catalog ceilings. Every row has
+    a 90% band and says ``source=predicted`` and its method. ``prices`` override catalog prices by device id (``h100=2.5``). Nothing measured changes.
     """
     from tbs.predictions import predict as _predict
 

@@ -1,4 +1,5 @@
-"""Predictions for devices tbs did not measure, from the compiler's analysis, the device catalog and a roofline.
+"""Predictions for devices tbs did not measure: a GPU from a CPU profile by the GPU model fitted on published
+measurements (gpu_predict), any other device by a roofline over the compiler's analysis and the catalog.
 
 ``predict`` returns the profile with ``predictions`` filled for the catalog devices asked
 for; measured cells are never touched, and nothing predicted enters ``summary``.
