@@ -87,8 +87,8 @@ def test_a_disk_that_fills_mid_run_keeps_every_row_and_resume_finishes_on_it_or_
     out.mkdir()
     profile = f"$TBS profile {seq_pkl} --out {mnt}/p --batch {BATCHES} {' '.join(FAST)}"
     done = _in_namespace(f"""
-        mount -t tmpfs -o size=192k tmpfs {mnt}
-        head -c 90000 /dev/zero > {mnt}/filler          # leaves room for part of the profile only
+        mount -t tmpfs -o size=320k tmpfs {mnt}
+        head -c 218000 /dev/zero > {mnt}/filler         # leaves room for part of the profile only
         {profile} > {out}/run1.out 2> {out}/run1.err; echo $? > {out}/run1.rc
         cp -r {mnt}/p {out}/copy                         # the interrupted profile, as the full disk left it
         rm {mnt}/filler                                  # the user makes room
