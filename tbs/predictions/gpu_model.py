@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -36,6 +36,11 @@ MIN_SPLIT_K = 128
 REFERENCE_TILE = 128 * 128
 TENSOR_CORE_PRECISIONS = ("tf32", "fp16", "bf16", "mixed")
 PEAK_OF = {"mixed": "fp16", "bf16": "fp16"}  # fp16 inputs, fp32 accumulation: the half-precision peak
+
+
+def sustained_fraction(base_hz: Any, boost_hz: Any, sustained: float) -> Any:
+    """The share of the boost clock a GPU sustains: ``sustained`` of the way from base to boost (numbers or arrays)."""
+    return (base_hz + sustained * (boost_hz - base_hz)) / boost_hz
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,7 @@ class GpuSpec:
         """The fraction of the boost clock sustained: base + ``sustained`` x (boost - base), over boost."""
         if not (self.base_clock_hz and self.boost_clock_hz):
             return 1.0
-        return (self.base_clock_hz + sustained * (self.boost_clock_hz - self.base_clock_hz)) / self.boost_clock_hz
+        return float(sustained_fraction(self.base_clock_hz, self.boost_clock_hz, sustained))
 
     def peak(self, precision: str) -> float | None:
         return self.peaks_flops_per_s.get(precision)
@@ -158,7 +163,7 @@ def predict_frame(frame: pd.DataFrame, model: GpuModel, shapes: dict[str, np.nda
                           np.where(tensor, model.gemm_efficiency_tensor_cores, model.gemm_efficiency_cuda_cores))
     sms = frame["sm_count"].to_numpy(dtype=float)
     base, boost = frame["base_clock_hz"].to_numpy(dtype=float), frame["boost_clock_hz"].to_numpy(dtype=float)
-    clock = np.nan_to_num((base + model.sustained_clock * (boost - base)) / boost, nan=1.0)
+    clock = np.nan_to_num(sustained_fraction(base, boost, model.sustained_clock), nan=1.0)  # unknown clocks: 1
     sm_rate = frame["peak_flops_per_s"].to_numpy(dtype=float) / sms * efficiency * clock
     shapes = shapes if shapes is not None else gemm_shapes(frame)
     seconds = {name: gemm_seconds(slots, sm_rate, model.tile_exponent) for name, slots in shapes.items()}

@@ -11,7 +11,6 @@ fuses small layers: the sum leans high), and says so.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -23,6 +22,7 @@ from tbs.predictions.work import MATMUL_CATEGORIES, MEMORY, RECURRENT, Work, wor
 from tbs.profiles.profile import Profile
 from tbs.profiles.roofline import bound_of
 from tbs.schema import MODEL_LAYER, USABLE
+from tbs.units import is_number
 
 METHOD = "GPU model (published measurements)"
 # String layers have no GPU kernels in TensorFlow: on a GPU machine they still run on its CPU.
@@ -84,13 +84,9 @@ def _activation_bytes(layer: dict[str, Any] | None, batch: int) -> float:
     """A layer's inputs and outputs at ``batch`` (the capture's sizes, scaled from its batch), or NaN."""
     layer = layer or {}
     sizes, captured = [layer.get("input_bytes"), layer.get("output_bytes")], layer.get("batch_size")
-    if not all(_finite(v) for v in (*sizes, captured)) or not captured:
+    if not all(is_number(v) for v in (*sizes, captured)) or not captured:
         return float("nan")
     return float(sum(sizes)) * batch / float(captured)
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def _layer_row(row: pd.Series, layer: dict[str, Any] | None, backend: str, training: bool, spec: GpuSpec,
@@ -106,11 +102,11 @@ def _layer_row(row: pd.Series, layer: dict[str, Any] | None, backend: str, train
                     host_s=0.0)
     flops, moved = row["flops"], row["bytes_accessed"]
     if str(row.get("category", "")) not in MATMUL_CATEGORIES:
-        if not _finite(flops):
+        if not is_number(flops):
             flops = 0.0  # a layer that only moves data (Flatten, a cast): no FLOPs is an answer, not a gap
-        if not _finite(moved):
+        if not is_number(moved):
             moved = _activation_bytes(layer, int(row["batch_size"]))  # what the compiler could not count
-    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (flops, moved)):
+    if not all(is_number(v) for v in (flops, moved)):
         return dict(ident, reason="not predicted: no compiler FLOPs/bytes for this cell on the measured device")
     work = work_of(layer, str(row.get("category", "")), float(flops), float(moved), int(row["batch_size"]),
                    backend, training)

@@ -144,8 +144,6 @@ def _usable(frame: pd.DataFrame, device: str) -> pd.DataFrame:
 def predict_rows(profile: Profile, target: CatalogDevice, source_device: str, achievable: Mapping[str, float],
                  dtype: str = "float32", sigma: float | None = None) -> list[dict[str, Any]]:
     """Predicted rows (layers and the whole model) for one catalog device, scaled from one measured device."""
-    calibration = (profile.metadata.get("calibration") or {}).get(source_device)
-    src, dst = source_ceilings(calibration, dtype), target_ceilings(target, achievable, dtype)
     kind = next((str(k) for k in profile.summary.loc[profile.summary["device"] == source_device, "device_kind"]), "")
     base = {"device": target.id, "device_kind": target.kind, "source": PREDICTED, "predicted_from": source_device,
             "usd_per_hour": target.usd_per_hour, "price_source": target.price.get("source", "")}
@@ -154,6 +152,8 @@ def predict_rows(profile: Profile, target: CatalogDevice, source_device: str, ac
         from tbs.predictions.reference import fitted_model
 
         return gpu_rows(profile, target, source_device, fitted_model(), base, dtype)
+    calibration = (profile.metadata.get("calibration") or {}).get(source_device)
+    src, dst = source_ceilings(calibration, dtype), target_ceilings(target, achievable, dtype)
     if src is None or dst is None:
         why = (f"{source_device} has no calibration in this profile" if src is None
                else f"the catalog lacks {target.id}'s peak FLOP/s or bandwidth")

@@ -14,7 +14,6 @@ from functools import lru_cache
 from pathlib import Path
 from importlib import resources
 
-import numpy as np
 import pandas as pd
 
 from tbs.predictions.gpu_model import GpuModel, GpuSpec, fit, frame_of
@@ -34,10 +33,15 @@ def _read(name: str) -> pd.DataFrame:
 
 
 @lru_cache(maxsize=1)
+def _specs_table() -> pd.DataFrame:
+    return _read("gpu_specs.csv")
+
+
+@lru_cache(maxsize=1)
 def gpu_specs() -> dict[str, GpuSpec]:
     """The reference GPUs' datasheets, by id."""
     specs = {}
-    for _, row in _read("gpu_specs.csv").iterrows():
+    for _, row in _specs_table().iterrows():
         peaks = {p: float(row[c]) for p, c in (("fp32", "peak_float32_flops_per_s"), ("tf32", "peak_tf32_flops_per_s"),
                                               ("fp16", "peak_float16_flops_per_s")) if _number(row.get(c))}
         specs[str(row["id"])] = GpuSpec(str(row["id"]), int(row["sm_count"]), peaks,
@@ -118,7 +122,7 @@ def reference_table() -> pd.DataFrame:
 
 
 def _memory_bytes() -> dict[str, float]:
-    specs = _read("gpu_specs.csv")
+    specs = _specs_table()
     return {str(i): float(v) for i, v in zip(specs["id"], specs["memory_bytes"]) if _number(v)}
 
 
@@ -157,5 +161,3 @@ def fitted_model() -> GpuModel:
     return GpuModel(**values)
 
 
-def residual_log_errors(table: pd.DataFrame, predicted_s: np.ndarray) -> np.ndarray:
-    return np.log(predicted_s) - np.log(table["measured_s"].to_numpy(dtype=float))
