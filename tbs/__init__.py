@@ -11,6 +11,7 @@ on the backend that call asks for.
 
 from tbs.api import cluster_groups, devices, load, predict, profile, recommend, render, verify
 from tbs.errors import TbsError, TbsWarning
+from tbs.measure.config import MeasureConfig, TrainingConfig
 from tbs.measure.timing import TimingConfig
 from tbs.place.recommend import Recommendation
 from tbs.place.verify import Verification
@@ -29,5 +30,5 @@ __version__ = _version()
 
 __all__ = [
     "profile", "load", "recommend", "verify", "render", "devices", "predict", "cluster_groups",
-    "Profile", "Recommendation", "Verification", "TimingConfig", "TbsError", "TbsWarning", "__version__",
+    "Profile", "Recommendation", "Verification", "TimingConfig", "MeasureConfig", "TrainingConfig", "TbsError", "TbsWarning", "__version__",
 ]

@@ -28,6 +28,7 @@ from tbs.cost.prices import load_price_file
 from tbs.cost.reprice import reprice
 from tbs.errors import ProfileError, StorageError, TbsError
 from tbs.errors import warn as _warn
+from tbs.measure.config import MeasureConfig, TrainingConfig
 from tbs.measure.timing import Interrupted, TimingConfig
 from tbs.place.recommend import Recommendation
 from tbs.profiles.merge import merge_each_mode, merge_profiles
@@ -47,28 +48,26 @@ PathLike = str | os.PathLike
 
 
 def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Sequence[str] | None = None,
-            prices: str | Mapping[str, float] | None = None, *, training: bool = False, backend: str | None = None,
-            input: Any = None, custom_objects: Any = None, out: PathLike | None = None, resume: bool = False,
-            timing: TimingConfig | None = None, xla: bool = False, seed: int = 0, safe_mode: bool = True,
-            progress: Any = "auto", report: bool = True, loss: str | None = None, optimizer: str | None = None,
-            samples: int | None = None, capacity: bool = False, analysis: bool = True,
-            cluster: str | None = None, dedupe: bool = True) -> Profile:
+            prices: str | Mapping[str, float] | None = None, *, training: bool | TrainingConfig = False,
+            dataset_size: int | None = None, backend: str | None = None, input: Any = None,
+            custom_objects: Any = None, safe_mode: bool = True, out: PathLike | None = None, resume: bool = False,
+            measure: MeasureConfig | None = None, timing: TimingConfig | None = None, progress: Any = "auto",
+            report: bool = True, cluster: str | None = None) -> Profile:
     """Time every layer of ``model`` on each device and batch size; returns the Profile.
 
     ``model`` is a .pkl/.pickle/.keras path or an in-memory ``keras.Model`` (copied once
     per device, in memory). ``input`` is a .npy/.npz/.pkl path or arrays (one array, a
     list, or a dict by input name). ``custom_objects`` is .py paths or a dict of classes.
     ``out=None`` measures into a temporary directory (``Profile.save`` keeps it).
-    ``training=True`` times each layer's forward, backward and optimizer update, the loss,
-    and the whole compiled train step; ``loss``/``optimizer`` name Keras ones (default: the
-    model's compiled ones, else a stand-in), ``samples`` is the dataset size (cost per epoch).
-    Each device's memory per batch is fitted from the compiled programs, with the largest
-    batch it allows (``metadata["capacity"]``); ``capacity=True`` then confirms it by real
-    calls that double while the measured peak memory allows (they use most of the memory).
-    ``analysis=False`` skips the compiler's analysis and the devices' calibration (faster on
-    big models; no roofline, no predictions). ``dedupe=False`` measures every layer call on its
-    own; by default identical calls (same type, configuration, shapes, device) are measured
-    once and the others share that row (``shared_with`` names it).
+    ``training=True`` (or a ``tbs.TrainingConfig`` naming a Keras loss/optimizer; default the
+    model's compiled ones, else a stand-in) times each layer's forward, backward and optimizer
+    update, the loss, and the whole compiled train step. ``dataset_size`` (samples per epoch)
+    adds the cost of one pass over the data to the report. ``measure`` (a ``tbs.MeasureConfig``)
+    says what else is measured and how programs are built: the compiler's analysis, identical
+    calls measured once (``shared_with`` names the row they share), the largest batch confirmed
+    by real calls, XLA for TensorFlow, the synthetic inputs' seed; ``timing`` (a
+    ``tbs.TimingConfig``) how each time is taken. Each device's memory per batch is fitted from
+    the compiled programs, with the largest batch it allows (``metadata["capacity"]``).
     Ctrl-C stops after the current sample and returns what was measured, marked
     ``interrupted`` (``resume=True`` finishes it); a second Ctrl-C stops at once.
     """
@@ -78,19 +77,17 @@ def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Seque
         backends.check(checks.text("backend", backend, "jax"))
     checked = dict(
         batch_sizes=checks.batch_sizes(batch_sizes), device_tokens=checks.device_tokens(devices),
-        prices=checks.prices(prices), training=checks.flag("training", training), backend=backend,
-        input=checks.input_data(input), custom_objects=checks.custom_objects(custom_objects),
-        timing=checks.timing(timing), xla=checks.flag("xla", xla), seed=checks.whole("seed", seed),
-        safe_mode=checks.flag("safe_mode", safe_mode), capacity=checks.flag("capacity", capacity),
-        analysis=checks.flag("analysis", analysis), dedupe=checks.flag("dedupe", dedupe),
-        **checks.training_options(training, loss, optimizer, samples))
+        prices=checks.prices(prices), training=checks.training(training), backend=backend,
+        dataset_size=checks.dataset_size(dataset_size), input=checks.input_data(input),
+        custom_objects=checks.custom_objects(custom_objects), safe_mode=checks.flag("safe_mode", safe_mode),
+        measure=checks.config("measure", measure, MeasureConfig), timing=checks.config("timing", timing, TimingConfig))
     model, progress, report = checks.model_or_path(model), reporter(progress), checks.flag("report", report)
-    resume = checks.flag("resume", resume)
+    options = RunOptions(model=model, out=Path(out) if out is not None else None,
+                         resume=checks.flag("resume", resume), **checked)
     if cluster is not None:
-        return _profile_cluster(checks.text("cluster", cluster, "auto"), model, out, checked, report, progress, resume)
-    if resume and out is None:
+        return _profile_cluster(checks.text("cluster", cluster, "auto"), options, report, progress)
+    if options.resume and out is None:
         raise TbsError("resume=True needs the unfinished profile's directory: pass out=p.directory (or the out= you used)")
-    options = RunOptions(model=model, out=Path(out) if out is not None else None, resume=resume, **checked)
     run = Run(options, progress, warn=_warn)
     store = ProfileStore(options.out) if options.out is not None else None
     if store is not None:
@@ -112,19 +109,20 @@ def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Seque
     return result
 
 
-def _profile_cluster(cluster: str, model: Any, out: PathLike | None, options: dict[str, Any], report: bool,
-                     progress: Any, resume: bool = False) -> Profile:
-    """One task per node group of a Ray cluster, every cell written into ``out`` as it arrives."""
+def _profile_cluster(cluster: str, options: RunOptions, report: bool, progress: Any) -> Profile:
+    """One task per node group of a Ray cluster, every cell written into ``options.out`` as it arrives."""
     from tbs.cluster.driver import profile_cluster
 
+    model = options.model
     if not checks.is_path(model) or not Path(model).is_file():
         raise TbsError(f"cluster={cluster!r}: give the model as a file (it travels to every node); {model!r} is not one")
-    if options["input"] is not None and not checks.is_path(options["input"]):
+    if options.input is not None and not checks.is_path(options.input):
         raise TbsError("cluster: give --input as a file (it travels to every node), not in-memory arrays")
-    if options["custom_objects"] is not None and not isinstance(options["custom_objects"], (list, tuple)):
+    if options.custom_objects is not None and not isinstance(options.custom_objects, (list, tuple)):
         raise TbsError("cluster: give custom_objects as .py files (they travel to every node), not a dict of classes")
-    directory = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="tbs-cluster-"))
-    result = profile_cluster(cluster, Path(model), options, directory, progress=progress, resume=resume)
+    directory = options.out if options.out is not None else Path(tempfile.mkdtemp(prefix="tbs-cluster-"))
+    result = profile_cluster(cluster, dataclasses.replace(options, model=Path(model), out=directory),
+                             progress=progress)
     if report and result.complete:
         _write_report(result, directory)
     return result
@@ -363,9 +361,12 @@ def placement_for_report(profile: Profile) -> Recommendation | str:
 
 
 def render(profile: Profile | PathLike | None, fmt: str = "text", *, recommendation: Recommendation | str | None = None,
-           samples: int | None = None, compare: Profile | PathLike | None = None,
+           dataset_size: int | None = None, compare: Profile | PathLike | None = None,
            compare_recommendation: Recommendation | str | None = None) -> str:
     """``fmt``: text, html (self-contained), json or csv. Returns the text; nothing is measured or solved.
+
+    ``dataset_size`` adds the cost of a workload of that many samples (one epoch in training);
+    by default the size the profile recorded (``tbs.profile(dataset_size=...)``, ``--samples``).
 
     ``compare`` is a profile of the same model in the other mode (inference against training):
     both are shown, with the layers whose cheapest device differs between them.
@@ -375,9 +376,7 @@ def render(profile: Profile | PathLike | None, fmt: str = "text", *, recommendat
     for name, value in (("recommendation", recommendation), ("compare_recommendation", compare_recommendation)):
         if value is not None and not isinstance(value, (Recommendation, str)):
             raise TbsError(f"{name}: give a tbs.Recommendation (from tbs.recommend), not {type(value).__name__}")
-    if samples is not None:
-        samples = checks.whole("samples", samples, 1, " (--samples)")
-    return _render(None if profile is None else _as_profile(profile), fmt, recommendation, samples,
+    return _render(None if profile is None else _as_profile(profile), fmt, recommendation, checks.dataset_size(dataset_size),
                    compare=None if compare is None else _as_profile(compare, "compare"),
                    compare_recommendation=compare_recommendation)
 

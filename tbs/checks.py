@@ -15,7 +15,7 @@ import numpy as np
 from tbs.backends.base import parse_device_tokens
 from tbs.cost.prices import parse_prices, parse_spot, prices_from_mapping, spot_from_mapping
 from tbs.errors import TbsError
-from tbs.measure.timing import TimingConfig
+from tbs.measure.config import TrainingConfig
 
 
 def flag(name: str, value: Any) -> bool:
@@ -85,11 +85,13 @@ def spot(value: Any) -> dict[str, float]:
     raise TbsError(f"spot={value!r}: give a dict of discount fractions such as {{'tpu': 0.7}} (70% off)")
 
 
-def timing(value: Any) -> TimingConfig:
+def config(name: str, value: Any, kind: type) -> Any:
+    """A settings dataclass (TimingConfig, MeasureConfig): None means its defaults."""
     if value is None:
-        return TimingConfig()
-    if not isinstance(value, TimingConfig):
-        raise TbsError(f"timing={type(value).__name__}: give a tbs.TimingConfig(min_samples=..., target_ci=...)")
+        return kind()
+    if not isinstance(value, kind):
+        raise TbsError(f"{name}={type(value).__name__}: give a tbs.{kind.__name__}(...), e.g. "
+                       f"{name}=tbs.{kind.__name__}() with the fields to change")
     return value
 
 
@@ -152,13 +154,13 @@ def custom_objects(value: Any) -> Any:
     return [Path(p) for p in paths]
 
 
-def training_options(training: bool, loss: Any, optimizer: Any, samples: Any) -> dict[str, Any]:
-    """loss/optimizer are Keras names and mean something only in training; samples is a dataset size."""
-    for name, value in (("loss", loss), ("optimizer", optimizer)):
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise TbsError(f"{name}={value!r}: give a Keras {name} name such as "
-                           f"{'mse' if name == 'loss' else 'adam'}")
-        if value is not None and not training:
-            raise TbsError(f"--{name} sets what training uses: add --training (training=True), or leave it out")
-    return {"loss": loss, "optimizer": optimizer,
-            "samples": None if samples is None else whole("samples", samples, 1, " (--samples: the dataset's size)")}
+def training(value: Any) -> TrainingConfig | None:
+    """None for inference; True is the model's own (or stand-in) loss and optimizer."""
+    if isinstance(value, TrainingConfig):
+        return value
+    return TrainingConfig() if flag("training", value) else None
+
+
+def dataset_size(value: Any) -> int | None:
+    """The dataset's size in samples (the report's cost per epoch), or None."""
+    return None if value is None else whole("dataset_size", value, 1, " (--samples: the dataset's size)")

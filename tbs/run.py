@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -29,6 +29,7 @@ from tbs.load.model import (LoadedModel, ModelSource, check_model_file, import_c
 from tbs.measure import neighbours
 from tbs.measure.profiler import Profiler
 from tbs.measure.request import ProfileRequest
+from tbs.measure.config import MeasureConfig, TrainingConfig
 from tbs.measure.timing import TimingConfig
 from tbs.profiles.store import UNREADABLE, ProfileStore
 from tbs.progress import Reporter
@@ -37,26 +38,22 @@ from tbs.schema import ARRAYS_INPUT, FORMAT_VERSION, SYNTHETIC_INPUT, ProfileSta
 
 @dataclass
 class RunOptions:
+    """One profiling request, checked: what ``tbs.profile`` was given, and what travels to cluster nodes."""
+
     model: Any  # a path, or an in-memory keras.Model
+    out: Path | None
+    resume: bool
     batch_sizes: list[int]
     device_tokens: list[str] | None
     prices: dict[str, float]
-    training: bool
+    training: TrainingConfig | None  # None: inference
     backend: str | None
     input: Any  # None, a path, or arrays
     custom_objects: Any  # None, .py paths, or a dict of classes
-    out: Path | None
-    resume: bool
-    timing: TimingConfig
-    xla: bool
-    seed: int
     safe_mode: bool
-    loss: str | None = None  # training: a Keras loss name (default: the model's compiled loss, else a stand-in)
-    optimizer: str | None = None  # training: a Keras optimizer name (default: the model's, else Adam)
-    samples: int | None = None  # the dataset's size: the report's cost per epoch
-    capacity: bool = False  # search each device's largest batch that fits by real calls (up to its memory)
-    analysis: bool = True  # the compiler's FLOPs/bytes/memory per cell and each device's calibrated ceilings
-    dedupe: bool = True  # identical layer calls measured once (the others share its row, named in shared_with)
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    dataset_size: int | None = None  # the report's cost per epoch
 
 
 def custom_object_dict(custom_objects: Any) -> dict[str, Any]:
@@ -125,7 +122,7 @@ class Run:
         self.reporter.status("")
         self.specs, self.user_arrays = self._inputs()
         self.model_name = self.loaded.name
-        self.training = self._training_setup() if o.training else None
+        self.training = self._training_setup() if o.training is not None else None
         if self.training is not None and self.training.note:
             self.warn(f"{self.training.note}; timing the stand-ins ({self.training.loss_name}, "
                       f"{self.training.optimizer_name}) instead")
@@ -140,9 +137,9 @@ class Run:
         o, model = self.options, self.loaded.model
         outputs = None
         if not getattr(model, "outputs", None):
-            sample = structure_inputs(model, batch_arrays(self.specs, 2, o.seed, self.user_arrays), self.specs)
+            sample = structure_inputs(model, batch_arrays(self.specs, 2, o.measure.seed, self.user_arrays), self.specs)
             outputs = model(sample, training=False)
-        setup = resolve_training(model, o.loss, o.optimizer, self.loaded.compile_note, outputs)
+        setup = resolve_training(model, o.training.loss, o.training.optimizer, self.loaded.compile_note, outputs)
         if outputs is not None:
             fit_to_outputs(setup, outputs)
         return setup
@@ -152,7 +149,7 @@ class Run:
         if is_path(o.model):
             # Training restores the file's own compile(): its loss and optimizer are what it trains with.
             return load_model(Path(o.model), self.custom, scope=device.scope, safe_mode=o.safe_mode,
-                              compile=o.training)
+                              compile=o.training is not None)
         if self.source is None:  # pickled and hashed once, copied once per device
             self.source = ModelSource.of(o.model)
         return load_model_object(self.source, scope=device.scope)
@@ -182,23 +179,23 @@ class Run:
             return str(o.input)
         if self.user_arrays is not None:
             return f"{ARRAYS_INPUT} (sha256 {_array_digest(self.user_arrays)})"
-        return f"{SYNTHETIC_INPUT} (seed {o.seed})"
+        return f"{SYNTHETIC_INPUT} (seed {o.measure.seed})"
 
     def metadata(self) -> dict[str, Any]:
         o = self.options
-        env = backends.environment(self.backend, o.xla)
+        env = backends.environment(self.backend, o.measure.xla)
         return {
             "tbs_profile_version": FORMAT_VERSION, "tbs_version": env["versions"].get("tbs", "unknown"),
             "model": self.loaded.describe(),
             "inputs": [dict(name=s.name, shape=list(s.shape), dtype=s.dtype) for s in self.specs],
-            "input_source": self._input_source(), "seed": o.seed,
-            "mode": "training" if o.training else "inference", "batch_sizes": o.batch_sizes,
+            "input_source": self._input_source(), "seed": o.measure.seed,
+            "mode": "training" if o.training is not None else "inference", "batch_sizes": o.batch_sizes,
             "devices": [d.as_dict() for d in self.devices], "devices_missing": self.discovery.missing,
             "prices_usd_per_hour": o.prices, "host": host_info(), "versions": env["versions"],
             "settings": env["settings"], "timing": asdict(o.timing), "xla": env["xla"],
-            "command": list(sys.argv), "started": now_iso(), "backend": self.backend, "dedupe": o.dedupe,
-            **({"samples": o.samples} if o.samples is not None else {}),
-            **({"training": dict(self.training.as_dict(o.seed), backward_method=self.devices[0].backward_method)}
+            "command": list(sys.argv), "started": now_iso(), "backend": self.backend, "dedupe": o.measure.dedupe,
+            **({"samples": o.dataset_size} if o.dataset_size is not None else {}),
+            **({"training": dict(self.training.as_dict(o.measure.seed), backward_method=self.devices[0].backward_method)}
                if self.training is not None else {}),
         }
 
@@ -237,11 +234,11 @@ class Run:
         o = self.options
         request = ProfileRequest(
             loaded=self.loaded, load_on=self.load_on, devices=self.devices, batch_sizes=o.batch_sizes,
-            training=o.training, specs=self.specs, user_arrays=self.user_arrays, config=o.timing, jit=o.xla,
-            host=str(store.metadata.get("host", {}).get("hostname", "")), seed=o.seed,
+            training=o.training is not None, specs=self.specs, user_arrays=self.user_arrays, config=o.timing,
+            jit=o.measure.xla, host=str(store.metadata.get("host", {}).get("hostname", "")), seed=o.measure.seed,
             host_device=next((d for d in self.discovery.devices if d.kind == "cpu"), None),
-            price_row=row_pricer(o.prices), training_setup=self.training, capacity=o.capacity,
-            analysis=o.analysis, dedupe=o.dedupe,
+            price_row=row_pricer(o.prices), training_setup=self.training, capacity=o.measure.capacity,
+            analysis=o.measure.analysis, dedupe=o.measure.dedupe,
         )
         Profiler(request, store, self.reporter, should_stop=should_stop).run()
 

@@ -179,7 +179,7 @@ def test_readme_python_example_runs_in_a_notebook_kernel(tmp_path):
     (lambda: tbs.profile("m.pkl", devices=5), "devices=5"),
     (lambda: tbs.profile("m.pkl", timing={"min_samples": 3}), "timing=dict"),
     (lambda: tbs.profile("m.pkl", custom_objects=5), "custom_objects=5"),
-    (lambda: tbs.profile("m.pkl", seed="x"), "seed='x'"),
+    (lambda: tbs.profile("m.pkl", measure=tbs.MeasureConfig(seed="x")), "seed='x'"),
     (lambda: tbs.profile("m.pkl", training="yes"), "training='yes'"),
     (lambda: tbs.profile("m.pkl", prices={"cpu=1,gpu": 2}), "unknown device 'cpu=1,gpu'"),
     (lambda: tbs.profile("m.pkl", prices={"cpu": "abc"}), "prices: price 'abc' for cpu"),

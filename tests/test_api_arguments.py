@@ -31,11 +31,11 @@ NOT_A_PATH = object()
 TABLE: dict[str, dict[str, list]] = {
     "profile": {
         "model": [5, None, 2.5], "batch_sizes": [None, "32", [1.5], [0], {"a": 1}], "devices": [5, [5], {"cpu"}],
-        "prices": [5, ["cpu"]], "training": ["yes", None, 1], "backend": [5, ["jax"]], "input": [5, NOT_A_PATH],
-        "custom_objects": [5, [5]], "out": [5, ["p"]], "resume": ["yes", 1], "timing": [{"min_samples": 3}, 5],
-        "xla": ["yes"], "seed": ["x", 1.5, None], "safe_mode": ["no", None], "progress": [5, "loud"],
-        "report": ["x", None], "loss": [5, ["mse"]], "optimizer": [5, {}], "samples": ["x", 0, 2.5],
-        "capacity": ["x"], "analysis": ["x"], "cluster": [5, ["auto"]], "dedupe": ["x", None],
+        "prices": [5, ["cpu"]], "training": ["yes", None, 1, {"loss": "mse"}], "dataset_size": ["x", 0, 2.5],
+        "backend": [5, ["jax"]], "input": [5, NOT_A_PATH], "custom_objects": [5, [5]], "safe_mode": ["no", None],
+        "out": [5, ["p"]], "resume": ["yes", 1], "measure": [{"xla": True}, 5, tbs.TimingConfig()],
+        "timing": [{"min_samples": 3}, 5, tbs.MeasureConfig()], "progress": [5, "loud"], "report": ["x", None],
+        "cluster": [5, ["auto"]],
     },
     "load": {"directories": [5, None, ["p"]], "prices": [5, ["cpu"]], "spot": [5, ["tpu"]], "price_file": [5, ["f"]]},
     "recommend": {
@@ -46,7 +46,7 @@ TABLE: dict[str, dict[str, list]] = {
     },
     "verify": {"profile": [5, None], "recommendation": [5, None, "rec"], "custom_objects": [5], "safe_mode": ["x"],
                "model": [5], "input": [5, NOT_A_PATH]},
-    "render": {"profile": [42, 2.5], "fmt": [5, None], "recommendation": [5], "samples": ["x", 0],
+    "render": {"profile": [42, 2.5], "fmt": [5, None], "recommendation": [5], "dataset_size": ["x", 0],
                "compare": [5], "compare_recommendation": [5]},
     "devices": {"backend": [5, [5], ""]},
     "predict": {"profile": [5], "devices": [5, None, [5], ""], "source": [5, ["cpu:0"]], "catalog": [5, ["c.csv"]],
@@ -54,6 +54,8 @@ TABLE: dict[str, dict[str, list]] = {
     "cluster_groups": {"address": [5, None, ""]},
     "Profile.save": {"directory": [5, None]},
     "TimingConfig": {name: ["x", None] for name in inspect.signature(tbs.TimingConfig).parameters},
+    "MeasureConfig": {name: ["x", None, 1.5] for name in inspect.signature(tbs.MeasureConfig).parameters},
+    "TrainingConfig": {"loss": [5, ["mse"], " "], "optimizer": [5, {}, ""]},
 }
 
 
@@ -85,7 +87,7 @@ def _call(name: str, parameter: str, value, saved) -> None:
         return tbs.cluster_groups(value)
     if name == "Profile.save":
         return tbs.load(directory).save(value)
-    return tbs.TimingConfig(**{parameter: value})
+    return getattr(tbs, name)(**{parameter: value})  # the settings dataclasses
 
 
 def _parameters(name: str) -> set[str]:
@@ -107,4 +109,4 @@ def test_a_wrongly_typed_argument_is_one_tbs_error_naming_it(name, parameter, va
     message = str(caught.value)
     assert "\n" not in message
     named = {"directories": "directories", "devices": "devices", "model": "model", "fmt": "fmt"}.get(parameter, parameter)
-    assert named in message or (name == "TimingConfig" and parameter in message), message
+    assert named in message, message

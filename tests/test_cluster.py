@@ -131,7 +131,7 @@ def test_a_profile_across_the_cluster_holds_each_groups_devices_and_resumes(clus
     np.save(tmp_path / "x.npy", np.random.default_rng(0).random((4, 8), dtype=np.float32))  # it travels too
     seen: list[tuple[str, float | None]] = []
     p = tbs.profile(model_file, [4], devices="cpu:0", timing=TIMING, cluster=cluster.address, out=tmp_path / "p",
-                    progress=lambda label, left: seen.append((label, left)), analysis=False, input=tmp_path / "x.npy")
+                    progress=lambda label, left: seen.append((label, left)), measure=tbs.MeasureConfig(analysis=False), input=tmp_path / "x.npy")
     assert p.complete and p.metadata["input_source"].endswith("x.npy")
     assert sorted(p.summary["device"].unique()) == DEVICES and sorted(p.model["device"]) == DEVICES
     assert len(p.summary) == 2 * 2 and set(p.summary["status"]) <= {"ok", "noisy"}
@@ -155,7 +155,7 @@ def test_a_profile_across_the_cluster_holds_each_groups_devices_and_resumes(clus
     meta = json.loads((tmp_path / "p" / "metadata.json").read_text())
     (tmp_path / "p" / "metadata.json").write_text(json.dumps(dict(meta, status="interrupted")))
     again = tbs.profile(model_file, [4], devices="cpu:0", timing=TIMING, cluster=cluster.address, out=tmp_path / "p",
-                        progress=None, analysis=False, input=tmp_path / "x.npy", resume=True)
+                        progress=None, measure=tbs.MeasureConfig(analysis=False), input=tmp_path / "x.npy", resume=True)
     assert again.complete and len(again.summary) == 4
     pd.testing.assert_frame_equal(
         again.summary[again.summary["device"] == "big/cpu:0"][["layer", "median_s"]].reset_index(drop=True),
@@ -183,7 +183,7 @@ def test_a_node_that_dies_mid_run_loses_no_finished_cell_and_its_twin_finishes(c
     batches = [2, 4, 8, 16]
     timing = tbs.TimingConfig(min_samples=3, cell_budget_seconds=0.1, min_block_seconds=0.002, min_span_seconds=0.25)
     p = tbs.profile(model_file, batches, devices="cpu:0", timing=timing, cluster=cluster.address, out=tmp_path / "p",
-                    progress=None, analysis=False)
+                    progress=None, measure=tbs.MeasureConfig(analysis=False))
     killer.join()
     assert p.complete
     twin = p.summary[p.summary["device"] == "twin_box/cpu:0"]

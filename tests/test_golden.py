@@ -62,7 +62,7 @@ def _normalised(text: str) -> str:
 @pytest.mark.parametrize("fmt, suffix", [("text", "txt"), ("json", "json"), ("html", "html")])
 def test_renderers_match_their_golden_files(golden_profile, fmt, suffix):
     rec = recommend(golden_profile, "cost")
-    text = _normalised(render(golden_profile, fmt, recommendation=rec, samples=1_000_000))
+    text = _normalised(render(golden_profile, fmt, recommendation=rec, dataset_size=1_000_000))
     path = GOLDEN / f"report.{suffix}"
     if UPDATE:
         GOLDEN.mkdir(exist_ok=True)
@@ -85,7 +85,7 @@ def test_training_text_matches_its_golden_file(tmp_path):
     from tbs.testing_training import fake_training_profile
 
     profile = replace(fake_training_profile(tmp_path / "train"), directory=Path("profiles/train"))
-    text = render(profile, "text", recommendation=recommend(profile, "cost"), samples=50_000)
+    text = render(profile, "text", recommendation=recommend(profile, "cost"), dataset_size=50_000)
     path = GOLDEN / "training.txt"
     if UPDATE:
         path.write_text(text, encoding="utf-8")

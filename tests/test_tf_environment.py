@@ -65,7 +65,7 @@ import tbs
 model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, name="d"), keras.layers.Dense(3, name="head")])
 timing = tbs.TimingConfig(min_samples=3, cell_budget_seconds=0.05, min_block_seconds=0.001, min_span_seconds=0.0)
 for training in (False, True):
-    tbs.profile(model, [4], training=training, timing=timing, progress=None, report=False, analysis=False)
+    tbs.profile(model, [4], training=training, timing=timing, progress=None, report=False, measure=tbs.MeasureConfig(analysis=False))
 print("DONE")
 '''
 

@@ -138,7 +138,7 @@ def test_the_whole_train_step_and_only_it_amortises_its_own_fixed_cost(monkeypat
     monkeypatch.setattr(Interleaved, "add", spy)
     model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, name="d")], name="one")
     timing = TimingConfig(min_samples=3, cell_budget_seconds=0.05, min_block_seconds=0.001, min_span_seconds=0.0)
-    tbs.profile(model, [4], training=True, timing=timing, progress=None, report=False, analysis=False,
+    tbs.profile(model, [4], training=True, timing=timing, progress=None, report=False, measure=tbs.MeasureConfig(analysis=False),
                 out=tmp_path / "p")
     assert asked.pop(("model", "step")) is True
     assert asked and not any(asked.values())  # every layer phase as before

@@ -275,8 +275,8 @@ def test_a_subclassed_model_and_batchnorm_with_dropout_get_their_phases(subclass
     assert sub.metadata["training"]["loss"]["name"] == "MeanSquaredError"  # one output unit: a regression
     bn = keras.Sequential([keras.Input((6,)), layers.Dense(8, name="d"), layers.BatchNormalization(name="bn"),
                            layers.Dropout(0.5, name="drop"), layers.Dense(3, name="head")], name="bn_drop")
-    p = tbs.profile(bn, [4], training=True, timing=FAST_TIMING, progress=None, report=False, out=tmp_path / "b",
-                    optimizer="sgd", samples=1000)
+    p = tbs.profile(bn, [4], training=tbs.TrainingConfig(optimizer="sgd"), dataset_size=1000, timing=FAST_TIMING,
+                    progress=None, report=False, out=tmp_path / "b")
     _check_training_profile(p, {"d", "bn", "drop", "head"}, optimizer="SGD")
     rows = p.summary.set_index("layer")
     assert rows.loc["bn", "phases"] == "forward+backward+update" and rows.loc["drop", "phases"] == "forward+backward"
@@ -333,7 +333,7 @@ def test_a_training_profile_resumes_without_measuring_finished_cells_again(tmp_p
     assert set(finished.summary[finished.summary["batch_size"] == 8]["layer"]) == {"d", "head", LOSS_LAYER}
     assert len(finished.model) == 2
     with pytest.raises(TbsError, match="training"):  # another optimizer changes what the numbers mean
-        tbs.profile(model, [4, 16], training=True, optimizer="sgd", timing=FAST_TIMING, progress=None,
+        tbs.profile(model, [4, 16], training=tbs.TrainingConfig(optimizer="sgd"), timing=FAST_TIMING, progress=None,
                     report=False, out=tmp_path / "p", resume=True)
 
 

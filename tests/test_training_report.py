@@ -73,7 +73,7 @@ def inferred(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def page(trained):
-    return render(trained, "html", samples=EPOCH)
+    return render(trained, "html", dataset_size=EPOCH)
 
 
 def _row(profile, layer, device, batch):
@@ -168,7 +168,7 @@ def test_a_failed_phase_is_blank_in_every_view(tmp_path):
 
 
 def test_console_shows_phases_for_training_only(trained, inferred):
-    text = render(trained, "text", samples=EPOCH)
+    text = render(trained, "text", dataset_size=EPOCH)
     assert "forward / backward / update per sample" in text and "whole train step" in text
     assert "Σ layers + loss" in text and f"one epoch of {EPOCH:,} samples" in text
     assert "forward / backward / update" not in render(inferred, "text")
@@ -227,7 +227,7 @@ def test_training_profiles_merge_and_reprice_like_inference_ones(trained, inferr
     row = priced.summary[(priced.summary["device"] == "b/gpu:0") & (priced.summary["layer"] == "dense")].iloc[0]
     assert row["cost_per_sample_usd"] == pytest.approx(row["per_sample_s"] * 6.0 / 3600)
     assert row["forward_s"] + row["backward_s"] + row["update_s"] == pytest.approx(row["median_s"])
-    assert "b/gpu:0" in render(priced, "text", samples=EPOCH)  # a merged training profile renders
+    assert "b/gpu:0" in render(priced, "text", dataset_size=EPOCH)  # a merged training profile renders
     with pytest.raises(ProfileError, match="optimizer 'SGD'"):
         merge_profiles([_on(trained, "a"), _on(trained, "b", optimizer={"name": "SGD"})])
 
@@ -246,7 +246,7 @@ def test_profiles_are_split_by_mode_and_each_mode_merged(trained, inferred):
 def test_the_dataset_size_given_to_tbs_profile_prices_the_epoch(trained):
     recorded = replace(trained, metadata=dict(trained.metadata, samples=1000))
     assert "one epoch of 1,000 samples" in render(recorded, "text")
-    assert "one epoch of 20 samples" in render(recorded, "text", samples=20)  # --samples at report time wins
+    assert "one epoch of 20 samples" in render(recorded, "text", dataset_size=20)  # --samples at report time wins
     assert "one epoch" not in render(trained, "text")
 
 

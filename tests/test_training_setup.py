@@ -124,7 +124,7 @@ def test_a_profile_trained_with_a_scripts_own_loss_function_is_verified_with_it(
 
     model = _small("local_loss")
     model.compile(loss=local_loss, optimizer="sgd")
-    p = tbs.profile(model, [4], training=True, timing=FAST_TIMING, progress=None, report=False, analysis=False,
+    p = tbs.profile(model, [4], training=True, timing=FAST_TIMING, progress=None, report=False, measure=tbs.MeasureConfig(analysis=False),
                     out=tmp_path / "p")
     assert p.metadata["training"]["loss"]["name"] == "local_loss"
     verification = tbs.verify(p, tbs.recommend(p, "time"), model=model)

@@ -21,6 +21,7 @@ from tbs.cli.options import EXIT_INTERRUPTED, BatchSizes, Parsed, TbsGroup
 from tbs.cost.prices import parse_prices, parse_spot
 from tbs.errors import StorageError, TbsError
 from tbs.profiles.files import write_text_atomic
+from tbs.measure.config import MeasureConfig, TrainingConfig
 from tbs.measure.timing import TimingConfig
 from tbs.progress import TerminalProgress
 from tbs.report.console import verification_text
@@ -36,6 +37,14 @@ NO_SAFE_MODE_HELP = "Load a .keras file that runs arbitrary code (Lambda layers)
 @click.version_option(package_name="tbs")
 def cli() -> None:
     """tbs: time every layer of a Keras model on every device, and what it costs."""
+
+
+def _training(training: bool, loss: str | None, optimizer: str | None) -> TrainingConfig | bool:
+    """--training, with --loss/--optimizer when given (either one without --training is refused by name)."""
+    for name, value in (("loss", loss), ("optimizer", optimizer)):
+        if value is not None and not training:
+            raise TbsError(f"--{name} sets what training uses: add --training (training=True), or leave it out")
+    return TrainingConfig(loss=loss, optimizer=optimizer) if training else False
 
 
 @cli.command()
@@ -89,16 +98,17 @@ def profile(model_path: Path, out_dir: Path | None, min_samples: int, target_ci:
     """Time every layer of MODEL on each device and batch size; save under profiles/."""
     timing = TimingConfig(min_samples=min_samples, target_ci=target_ci, cell_budget_seconds=max_cell_seconds,
                           min_block_seconds=min_block_ms / 1000.0, min_span_seconds=min_span_seconds)
+    measure = MeasureConfig(xla=options["xla"], analysis=not options["no_analysis"], dedupe=not options["no_dedupe"],
+                            capacity=options["capacity"], seed=options["seed"])
     directory = out_dir or Path("profiles") / model_path.stem
     try:
         result = api.profile(
             model_path, options["batch_sizes"], options["device_tokens"], options["prices"],
-            training=options["training"], backend=options["backend"], input=options["input_path"],
-            custom_objects=list(options["custom_files"]) or None, out=directory, resume=options["resume"],
-            timing=timing, xla=options["xla"], seed=options["seed"], safe_mode=not no_safe_mode,
-            progress=TerminalProgress(), loss=options["loss"], optimizer=options["optimizer"],
-            samples=options["samples"], capacity=options["capacity"], analysis=not options["no_analysis"],
-            cluster=options["cluster"], dedupe=not options["no_dedupe"])
+            training=_training(options["training"], options["loss"], options["optimizer"]),
+            dataset_size=options["samples"], backend=options["backend"], input=options["input_path"],
+            custom_objects=list(options["custom_files"]) or None, safe_mode=not no_safe_mode, out=directory,
+            resume=options["resume"], measure=measure, timing=timing, progress=TerminalProgress(),
+            cluster=options["cluster"])
     except KeyboardInterrupt:
         _interrupted(directory)
     if not result.complete:
@@ -132,10 +142,10 @@ def report(directories: tuple[Path, ...], prices: dict[str, float] | None, spot:
     """Report saved profiles (several machines' profiles of one model merge) without measuring."""
     result, other = api.load_modes(*directories, prices=prices, spot=spot, price_file=price_file)
     if output is None:
-        text = api.render(result, fmt, samples=samples, compare=other)
+        text = api.render(result, fmt, dataset_size=samples, compare=other)
         click.echo(text.rstrip("\n") if fmt == "csv" else text)
         return
-    page = api.render(result, "html", recommendation=api.placement_for_report(result), samples=samples, compare=other,
+    page = api.render(result, "html", recommendation=api.placement_for_report(result), dataset_size=samples, compare=other,
                       compare_recommendation=None if other is None else api.placement_for_report(other))
     try:
         output.parent.mkdir(parents=True, exist_ok=True)

@@ -11,13 +11,16 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tbs.cluster.discovery import NodeGroup, connect, node_groups
 from tbs.cluster.node import profile_here
 from tbs.profiles.profile import load_profile
 from tbs.profiles.store import ProfileStore, finalize
 from tbs.schema import CellKey, ProfileStatus
+
+if TYPE_CHECKING:
+    from tbs.run import RunOptions
 
 PER_GROUP = ("calibration", "capacity", "harness_overhead")
 
@@ -82,9 +85,9 @@ class Collector:
                 self.progressed(group, *message[2:])
 
 
-def travelling_files(options: dict[str, Any]) -> dict[str, bytes]:
+def travelling_files(options: RunOptions) -> dict[str, bytes]:
     """The --input file and --custom-objects files, as bytes by path: no node shares the driver's disk."""
-    paths = ([options["input"]] if options.get("input") is not None else []) + list(options.get("custom_objects") or [])
+    paths = ([options.input] if options.input is not None else []) + list(options.custom_objects or [])
     return {str(p): Path(p).read_bytes() for p in paths}
 
 
@@ -103,9 +106,10 @@ def _open(store: ProfileStore, groups: list[NodeGroup], resume: bool, progress: 
     return collector
 
 
-def profile_cluster(address: str, model: Path, options: dict[str, Any], out: Path, progress: Any = None,
-                    resume: bool = False) -> Any:
-    """Profile ``model`` on every node group of the cluster at ``address``; returns the merged Profile."""
+def profile_cluster(address: str, options: RunOptions, progress: Any = None) -> Any:
+    """Profile ``options.model`` (a file) on every node group of the cluster at ``address``, into
+    ``options.out``; returns the merged Profile. Each node gets the same checked options."""
+    model, out, resume = Path(options.model), Path(options.out), options.resume
     ray = connect(address)
     from ray.util.queue import Queue
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

@@ -9,12 +9,16 @@ in and skipped (a retry on another node of the group, or ``--resume``).
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tbs.profiles.store import ProfileStore
 from tbs.schema import CellKey
+
+if TYPE_CHECKING:
+    from tbs.run import RunOptions
 
 
 class StreamingStore(ProfileStore):
@@ -61,7 +65,7 @@ def _written(scratch: Path, files: dict[str, bytes]) -> dict[str, Path]:
     return out
 
 
-def profile_here(model_bytes: bytes, model_suffix: str, options: dict[str, Any], queue: Any, group: str,
+def profile_here(model_bytes: bytes, model_suffix: str, options: RunOptions, queue: Any, group: str,
                  done: list[tuple], files: dict[str, bytes] | None = None) -> dict[str, Any]:
     """Profile the model on this node's devices; returns the node's final metadata.
 
@@ -69,22 +73,20 @@ def profile_here(model_bytes: bytes, model_suffix: str, options: dict[str, Any],
     options naming them are pointed at this node's copies.
     """
     from tbs.progress import reporter
-    from tbs.run import Run, RunOptions
+    from tbs.run import Run
 
     with tempfile.TemporaryDirectory(prefix="tbs-node-") as scratch:
         model = Path(scratch) / f"model{model_suffix}"
         model.write_bytes(model_bytes)
         copies = _written(Path(scratch), files or {})
-        options = dict(options)
-        if options.get("input") is not None:
-            options["input"] = copies[str(options["input"])]
-        if options.get("custom_objects"):
-            options["custom_objects"] = [copies[str(p)] for p in options["custom_objects"]]
+        options = dataclasses.replace(
+            options, model=model, out=Path(scratch) / "profile", resume=False,
+            input=None if options.input is None else copies[str(options.input)],
+            custom_objects=[copies[str(p)] for p in options.custom_objects] if options.custom_objects else None)
         def progress(label: str, remaining_seconds: float | None) -> None:
             queue.put(("progress", group, label, remaining_seconds))
 
-        run = Run(RunOptions(model=model, out=Path(scratch) / "profile", resume=False, **options),
-                  reporter(progress), warn=_warn)
+        run = Run(options, reporter(progress), warn=_warn)
         run.prepare()
         store = StreamingStore(Path(scratch) / "profile", queue, group, done)
         run.start(store)

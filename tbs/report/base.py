@@ -17,12 +17,12 @@ FORMATS = ("text", "html", "json", "csv", "predicted")
 
 
 def render(profile: Profile | None, fmt: str = "text", recommendation: Recommendation | str | None = None,
-           samples: int | None = None, compare: Profile | None = None,
+           dataset_size: int | None = None, compare: Profile | None = None,
            compare_recommendation: Recommendation | str | None = None) -> str:
     """``fmt`` is text (console tables), html (the self-contained report), json or csv (the per-layer rows),
     or predicted (each layer's predicted devices beside the measured one it was scaled from, as text).
 
-    ``recommendation`` adds the placement (a str says why there is none); ``samples``
+    ``recommendation`` adds the placement (a str says why there is none); ``dataset_size``
     adds the cost of a workload of that many samples (in training: of one epoch); by default
     the dataset size the profile recorded (``tbs profile --samples``).
     ``compare`` is the same model's profile in the other mode (inference against
@@ -36,23 +36,23 @@ def render(profile: Profile | None, fmt: str = "text", recommendation: Recommend
         if rec is None or fmt not in ("text", "json"):
             raise TbsError("render needs a profile (or a recommendation, as text or json)")
         return console.recommendation_text(rec) if fmt == "text" else json.render(None, rec)
-    if samples is None:  # the dataset size given to tbs profile --samples, if any
+    if dataset_size is None:  # the dataset size given to tbs profile --samples, if any
         recorded = profile.metadata.get("samples")
-        samples = int(recorded) if is_number(recorded) and float(recorded) >= 1 else None
+        dataset_size = int(recorded) if is_number(recorded) and float(recorded) >= 1 else None
     if compare is not None:
         if fmt == "predicted":
             raise TbsError("format 'predicted' shows one profile's predictions: drop the comparison")
         pair = side_by_side.pair(profile, compare, recommendation, compare_recommendation)
-        return {"html": lambda: side_by_side.render_html(pair, samples), "json": lambda: side_by_side.render_json(pair),
-                "csv": lambda: side_by_side.render_csv(pair), "text": lambda: side_by_side.render_text(pair, samples)
+        return {"html": lambda: side_by_side.render_html(pair, dataset_size), "json": lambda: side_by_side.render_json(pair),
+                "csv": lambda: side_by_side.render_csv(pair), "text": lambda: side_by_side.render_text(pair, dataset_size)
                 }[fmt]()
     if fmt == "html":
-        return html.render(profile, samples, recommendation)
+        return html.render(profile, dataset_size, recommendation)
     if fmt == "json":
         return json.render(profile, rec)
     if fmt == "csv":
         return profile.summary.to_csv(index=False)
     if fmt == "predicted":
         return predicted_text.render(profile)
-    text = console.render(profile, samples)
+    text = console.render(profile, dataset_size)
     return text if rec is None else f"{text}\n\n{console.recommendation_text(rec)}"

@@ -118,12 +118,12 @@ def _prefixed(content: str, prefix: str) -> str:
     return re.sub(r'href="#([\w-]+)"', lambda m: f'href="#{prefix}{m.group(1)}"', content)
 
 
-def render_html(p: Pair, samples: int | None = None) -> str:
+def render_html(p: Pair, dataset_size: int | None = None) -> str:
     """One page: the comparison, then the training view, then the inference view."""
     parts, nav = [section_compare(p)], [("compare", "Inference vs training")]
     for mode, profile, rec, prefix in (("Training", p.training, p.training_rec, "t-"),
                                        ("Inference", p.inference, p.inference_rec, "i-")):
-        content, entries = html.body(ReportData(profile, samples, rec))
+        content, entries = html.body(ReportData(profile, dataset_size, rec))
         links = " ".join(f'<a href="#{prefix}{a}">{esc(t)}</a>' for a, t in entries)
         parts.append(f'<h1 id="{prefix}report" class="view">{mode}: {esc(profile.directory)}</h1>'
                      f'<nav>{links}</nav>{_prefixed(content, prefix)}')
@@ -132,11 +132,11 @@ def render_html(p: Pair, samples: int | None = None) -> str:
     return html.page(f"tbs report: {name}, inference and training", nav, "\n".join(parts))
 
 
-def render_text(p: Pair, samples: int | None = None) -> str:
+def render_text(p: Pair, dataset_size: int | None = None) -> str:
     """Both console views, each with its placement, then the table of changed cheapest devices."""
     parts = []
     for mode, profile, rec in (("training", p.training, p.training_rec), ("inference", p.inference, p.inference_rec)):
-        text = console.render(profile, samples)
+        text = console.render(profile, dataset_size)
         if isinstance(rec, Recommendation):
             text += f"\n\n{console.recommendation_text(rec)}"
         parts.append(f"== {mode}: {profile.directory} ==\n{text}")

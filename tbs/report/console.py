@@ -165,27 +165,27 @@ def phase_table(profile: Profile, batch_size: int) -> str:
             + pd.DataFrame(rows).to_string(index=False))
 
 
-def epoch_lines(profile: Profile, samples: int) -> list[str]:
-    """Training: the cost of one epoch of ``samples`` samples per device and batch (whole train steps)."""
+def epoch_lines(profile: Profile, dataset_size: int) -> list[str]:
+    """Training: the cost of one epoch of ``dataset_size`` samples per device and batch (whole train steps)."""
     model = profile.model
     lines = []
     for _, m in model.sort_values(["batch_size", "device"]).iterrows() if not model.empty else []:
         measured = m.get("status") in MEASURED
         cost = m.get("cost_per_sample_usd") if measured else None
-        time = format_seconds(m["per_sample_s"] * samples) if measured else str(m.get("status"))
-        lines.append(f"{m['device']} @ batch {int(m['batch_size'])}: one epoch of {samples:,} samples "
-                     f"{format_usd(cost * samples) if is_number(cost) else 'no price'} ({time})")
+        time = format_seconds(m["per_sample_s"] * dataset_size) if measured else str(m.get("status"))
+        lines.append(f"{m['device']} @ batch {int(m['batch_size'])}: one epoch of {dataset_size:,} samples "
+                     f"{format_usd(cost * dataset_size) if is_number(cost) else 'no price'} ({time})")
     return lines
 
 
-def render(profile: Profile, samples: int | None = None) -> str:
+def render(profile: Profile, dataset_size: int | None = None) -> str:
     """A table per batch size (training: and its phases); what † means, once, at the end."""
     batches = sorted(set(profile.summary["batch_size"].dropna().astype(int))) if not profile.summary.empty else []
     tables = [batch_table(profile, b) for b in batches]
     if profile.mode == "training":
         tables = [f"{t}\n\n{phase_table(profile, b)}" for t, b in zip(tables, batches)]
-        if samples:
-            tables.append("\n".join(epoch_lines(profile, samples)))
+        if dataset_size:
+            tables.append("\n".join(epoch_lines(profile, dataset_size)))
     text = "\n\n".join(tables)
     if not profile.summary.empty and set(inactive_layers(profile)) & set(profile.summary["layer"]):
         text += "\n\n" + inactive_meaning(profile)

@@ -54,13 +54,13 @@ def section_summary(data: ReportData) -> str:
         rows = model[model["batch_size"] == batch] if len(model) else model
         for _, r in rows.iterrows():
             cost = r.get("cost_per_sample_usd")
-            workload = (format_usd(cost * data.samples_workload) if is_number(cost) and data.samples_workload else "")
+            workload = (format_usd(cost * data.dataset_size) if is_number(cost) and data.dataset_size else "")
             lines.append({
                 "batch": batch, "device": r["device"], "status": r["status"],
                 "time / sample": format_seconds(r.get("per_sample_s")),
                 "cost / sample": format_usd(cost) if is_number(cost) else "no price",
                 "cost / 1M samples": format_usd(cost * PER_MILLION) if is_number(cost) else "no price",
-                **({f"cost of {data.samples_workload:,} samples": workload} if data.samples_workload else {}),
+                **({f"cost of {data.dataset_size:,} samples": workload} if data.dataset_size else {}),
                 sums: format_seconds(r.get("layers_sum_per_sample_s")),
                 ratio: (f"{r['layers_sum_s'] / r['median_s']:.2f}" if is_number(r.get("layers_sum_s"))
                         and is_number(r.get("median_s")) and r["median_s"] else "-"),
@@ -393,8 +393,8 @@ def page(title: str, nav: list[tuple[str, str]], content: str) -> str:
             f"<body><h1>{_esc(title)}</h1><nav>{links}</nav>{content}</body></html>")
 
 
-def render(profile: Profile, samples_workload: int | None = None,
+def render(profile: Profile, dataset_size: int | None = None,
            recommendation: Recommendation | str | None = None) -> str:
     """The self-contained HTML page; ``recommendation`` is a solved placement, or why there is none."""
-    content, nav = body(ReportData(profile, samples_workload, recommendation))
+    content, nav = body(ReportData(profile, dataset_size, recommendation))
     return page(f"tbs report: {profile.metadata.get('model', {}).get('name', '')}", nav, content)

@@ -30,7 +30,7 @@ class ReportData:
     """What every section reads; each derived frame is computed once per render (sections only read it)."""
 
     profile: Profile
-    samples_workload: int | None = None
+    dataset_size: int | None = None
     recommendation: Recommendation | str | None = None  # solved by the caller, or why there is none
 
     @cached_property

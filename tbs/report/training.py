@@ -21,7 +21,7 @@ from tbs.units import PER_MILLION, format_bytes, format_seconds, format_usd, is_
 def samples_per_epoch(data: ReportData) -> int | None:
     """N, the samples in one epoch: ``--samples``, else what the profile recorded; None when unknown."""
     meta = data.profile.metadata
-    n = data.samples_workload or meta.get("samples") or (meta.get("training") or {}).get("samples_per_epoch")
+    n = data.dataset_size or meta.get("samples") or (meta.get("training") or {}).get("samples_per_epoch")
     return int(n) if is_number(n) and n else None
 
 
