@@ -116,7 +116,7 @@ def table(results: dict[str, list[dict]], versions: dict[str, dict], training: b
         f"TensorFlow {tf_v.get('tensorflow', '-')}, JAX {jax_v.get('jax', '-')}, "
         f"Keras {tf_v.get('keras') or jax_v.get('keras')}; CPU, {mode}.",
         "",
-        "| model | batch | layers | TF whole (compiled) | TF Σ per-layer | TF error | JAX whole (jit) "
+        "| model | batch | layers | TF whole (compiled) | TF Σ per-layer | TF error | JAX whole (xla) "
         f"| JAX Σ per-layer | JAX error | within max(20%, 50 µs) TF / JAX | {last} |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|",
     ]

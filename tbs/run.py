@@ -23,7 +23,7 @@ from tbs.cost.reprice import row_pricer
 from tbs.errors import InputDataError, TbsError
 from tbs.load.inputs import (InputSpec, batch_arrays, check_input_arrays, input_specs, load_user_input,
                              structure_inputs)
-from tbs.load.training import TrainingSetup, fit_to_outputs, resolve as resolve_training
+from tbs.load.train_setup import TrainingSetup, fit_to_outputs, resolve as resolve_training
 from tbs.load.model import (LoadedModel, ModelSource, check_model_file, import_custom_objects, load_model,
                             load_model_object)
 from tbs.measure import neighbours
@@ -235,7 +235,7 @@ class Run:
         request = ProfileRequest(
             loaded=self.loaded, load_on=self.load_on, devices=self.devices, batch_sizes=o.batch_sizes,
             training=o.training is not None, specs=self.specs, user_arrays=self.user_arrays, config=o.timing,
-            jit=o.measure.xla, host=str(store.metadata.get("host", {}).get("hostname", "")), seed=o.measure.seed,
+            xla=o.measure.xla, host=str(store.metadata.get("host", {}).get("hostname", "")), seed=o.measure.seed,
             host_device=next((d for d in self.discovery.devices if d.kind == "cpu"), None),
             price_row=row_pricer(o.prices), training_setup=self.training, capacity=o.measure.capacity,
             analysis=o.measure.analysis, dedupe=o.measure.dedupe,

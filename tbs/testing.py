@@ -178,7 +178,7 @@ class FakeDevice(Device):
     def sync(self) -> None:
         """Fake work is finished when its runner returns."""
 
-    def compile_blocked(self, call: Callable[..., Any], tensors: list[Any], jit: bool,
+    def compile_blocked(self, call: Callable[..., Any], tensors: list[Any], xla: bool,
                         variables: Sequence[Any] = ()) -> Callable[[int], None]:
         """Trace ``call`` once, as XLA does, to learn what it runs; the runner then costs its script."""
         tracer = Tracer(_batch_of(tensors))
@@ -308,7 +308,7 @@ def fake_request(model: FakeModel, devices: Sequence[FakeDevice], batch_sizes: S
     return ProfileRequest(
         loaded=loaded, load_on=lambda device: loaded, devices=list(devices), batch_sizes=list(batch_sizes),
         training=training, specs=[InputSpec(model.input.split(":", 1)[1], (INPUT_WIDTH,), "float32")],
-        user_arrays=None, config=config, jit=True, host="fakehost",
+        user_arrays=None, config=config, xla=True, host="fakehost",
         capture_fn=fake_capture, tensors_fn=fake_tensors, rebuild_fn=fake_rebuild)
 
 

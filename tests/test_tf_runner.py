@@ -69,7 +69,7 @@ def test_blocked_runner_never_overlaps_calls(form):
     probe = OverlapProbe()
     x = device.place(np.ones((2, 4), np.float32))
     if form == "function":
-        runner = device.compile_blocked(probe.op, [x], jit=False)
+        runner = device.compile_blocked(probe.op, [x], xla=False)
     else:  # as Profiler._model_runner builds the whole-model runner
         model = _probe_model(probe)
         runner = device.compile_blocked(lambda t: model(t, training=False), [x], False, model.variables)

@@ -27,7 +27,7 @@ def _floats(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-def _programs(device, layer, arrays, grad_inputs, jit=False, make_optimizer=keras.optimizers.Adam):
+def _programs(device, layer, arrays, grad_inputs, xla=False, make_optimizer=keras.optimizers.Adam):
     """Build the layer on the arrays (placed on the device) and compile its training programs."""
     tensors = device.place(arrays)
     if len(tensors) > 1:
@@ -40,7 +40,7 @@ def _programs(device, layer, arrays, grad_inputs, jit=False, make_optimizer=kera
 
         def call(x):
             return layer(x, training=True)
-    return device.training_programs(call, tensors, layer.variables, grad_inputs, make_optimizer, jit)
+    return device.training_programs(call, tensors, layer.variables, grad_inputs, make_optimizer, xla)
 
 
 def _weights(layer):
@@ -128,11 +128,11 @@ def test_update_runs_every_iteration_on_copies_never_the_layer(cpu):
         np.testing.assert_array_equal(old, new)
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
-def test_dropout_draws_a_new_mask_every_iteration(cpu, jit):
+@pytest.mark.parametrize("xla", [False, True], ids=["graph", "xla"])
+def test_dropout_draws_a_new_mask_every_iteration(cpu, xla):
     """The seed generator's state advances once per forward inside the loop: never one constant mask."""
     layer = layers.Dropout(0.5)
-    p = _programs(cpu, layer, [_floats(8, 16)], [True], jit=jit)
+    p = _programs(cpu, layer, [_floats(8, 16)], [True], xla=xla)
     state = layer.seed_generator.state
     start = state.numpy().copy()
     layer(tf.constant(_floats(8, 16)), training=True)
@@ -145,7 +145,7 @@ def test_dropout_draws_a_new_mask_every_iteration(cpu, jit):
     # with XLA the forward+backward program draws every iteration.
     start = state.numpy().copy()
     p.backward(5)
-    np.testing.assert_array_equal(state.numpy() - start, (5 if jit else 1) * step)
+    np.testing.assert_array_equal(state.numpy() - start, (5 if xla else 1) * step)
 
 
 def test_residual_bytes_of_a_dense_layer_come_from_its_graph(cpu):
@@ -174,7 +174,7 @@ def test_lstm_residuals_are_unknown_not_guessed(cpu):
 ], ids=["conv2d", "lstm", "batchnorm", "embedding", "add"])
 def test_every_program_compiles_with_xla(cpu, make_layer, arrays, grad_inputs):
     layer = make_layer()
-    p = _programs(cpu, layer, arrays, grad_inputs, jit=True)
+    p = _programs(cpu, layer, arrays, grad_inputs, xla=True)
     before = [v.numpy().copy() for v in layer.trainable_variables]
     for runner in (p.forward, p.backward, p.update):
         if runner is not None:
@@ -190,15 +190,15 @@ def _tiny_classifier():
                              layers.Dropout(0.2), layers.Dense(3)])
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
-def test_train_step_trains_and_restores_the_model(cpu, jit):
+@pytest.mark.parametrize("xla", [False, True], ids=["graph", "xla"])
+def test_train_step_trains_and_restores_the_model(cpu, xla):
     model = _tiny_classifier()
     start = model.get_weights()
     tensors = cpu.place([_floats(16, 6)])
     targets = cpu.place([RNG.integers(0, 3, (16,)).astype(np.int32)])
     crossentropy = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     runner = cpu.train_step(model, tensors, lambda args: args[0], targets,
-                            lambda goals, outputs: crossentropy(goals[0], outputs), keras.optimizers.Adam, jit)
+                            lambda goals, outputs: crossentropy(goals[0], outputs), keras.optimizers.Adam, xla)
     runner(3)
     assert any(not np.array_equal(a, b) for a, b in zip(start, model.get_weights()))  # a real step
     runner.restore()
@@ -218,7 +218,7 @@ def _summary(seconds):
     (0.4, 3.0, 1.0),  # the pair overlapped less than the lone backward says is possible: at least F+B - F
 ])
 def test_the_backward_alone_is_kept_between_what_forward_plus_backward_allows(alone_ms, both_ms, expected_ms):
-    from tbs.measure.training import bounded_backward_s
+    from tbs.measure.train_cells import bounded_backward_s
 
     got = bounded_backward_s(_summary(2e-3), _summary(alone_ms * 1e-3), _summary(both_ms * 1e-3), iterations=4)
     assert got == pytest.approx(expected_ms * 1e-3)
@@ -229,4 +229,4 @@ def test_graph_mode_times_the_forward_backward_pair_beside_the_backward_alone(cp
     p = _programs(cpu, layers.MaxPooling2D(), [_floats(4, 16, 16, 8)], [True])
     assert p.backward_runs_forward_once and p.forward_backward is not None
     p.forward_backward(2)
-    assert _programs(cpu, layers.MaxPooling2D(), [_floats(4, 16, 16, 8)], [True], jit=True).forward_backward is None
+    assert _programs(cpu, layers.MaxPooling2D(), [_floats(4, 16, 16, 8)], [True], xla=True).forward_backward is None

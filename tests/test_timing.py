@@ -179,8 +179,8 @@ def test_config_accepts_the_cli_bounds():
     assert edge.min_samples == 3 and TimingConfig(target_ci=1.0, min_samples=np.int64(5)).target_ci == 1.0
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
-def test_blocked_loop_really_runs_every_iteration(jit):
+@pytest.mark.parametrize("xla", [False, True], ids=["graph", "xla"])
+def test_blocked_loop_really_runs_every_iteration(xla):
     """A while_loop body is not hoisted or merged: n iterations take n times as long.
 
     With XLA the call is compiled alone and launched each iteration, so XLA cannot hoist it either.
@@ -189,7 +189,7 @@ def test_blocked_loop_really_runs_every_iteration(jit):
     layer = keras.layers.Dense(512)
     x = device.place(np.random.default_rng(0).normal(size=(512, 512)).astype("float32"))
     layer(x)
-    runner = device.compile_blocked(lambda t: layer(t), [x], jit=jit)
+    runner = device.compile_blocked(lambda t: layer(t), [x], xla=xla)
     timer = Timer(TimingConfig())
     runner(1)
 

@@ -24,8 +24,8 @@ import tbs
 from tbs.capture.recorder import capture
 from tbs.cli import cli
 from tbs.errors import TbsError
-from tbs.load.training import fit_to_outputs, resolve
-from tbs.measure.training import gradient_plan
+from tbs.load.train_setup import fit_to_outputs, resolve
+from tbs.measure.train_cells import gradient_plan
 from tbs.schema import LOSS_LAYER
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -302,7 +302,7 @@ def test_report_shows_an_inference_and_a_training_profile_side_by_side(tmp_path:
 def test_a_training_group_too_big_for_memory_is_sampled_in_chunks_and_a_cell_that_cannot_fit_is_oom() -> None:
     from types import SimpleNamespace
 
-    from tbs.measure.training import memory_chunks
+    from tbs.measure.train_cells import memory_chunks
     from tbs.schema import CellKey
 
     calls = [SimpleNamespace(name=f"l{i}", input_bytes=100, output_bytes=100) for i in range(4)]  # 600 bytes each

@@ -18,8 +18,8 @@ from tbs.cost.reprice import reprice
 from tbs.errors import ProfileError, TbsError
 from tbs.profiles.merge import merge_each_mode, merge_profiles, split_by_mode
 from tbs.profiles.profile import load_profile
-from tbs.report import console, html, training
-from tbs.report.analysis import mode_differences, phase_table
+from tbs.report import console, html, training_view as training
+from tbs.report.winners import mode_differences, phase_table
 from tbs.report.base import render
 from tbs.report.figures import PHASE_COLORS, phase_figure
 from tbs.schema import LOSS_LAYER

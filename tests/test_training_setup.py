@@ -16,7 +16,7 @@ from conftest import FAST, keras, layers
 
 import tbs
 from tbs.cli import cli
-from tbs.load.training import fit_to_outputs, resolve
+from tbs.load.train_setup import fit_to_outputs, resolve
 
 FAST_TIMING = tbs.TimingConfig(min_samples=3, cell_budget_seconds=0.05, min_block_seconds=0.001, min_span_seconds=0.0)
 UNREGISTERED_LOSS = '''

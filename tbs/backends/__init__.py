@@ -113,10 +113,10 @@ def discover(name: str) -> Discovery:
     return found()
 
 
-def environment(name: str, jit: bool) -> dict[str, Any]:
+def environment(name: str, xla: bool) -> dict[str, Any]:
     """What a profile records about the backend: versions, settings, and whether XLA compiled it."""
     env = _environment(name)
-    return {"versions": env.versions(), "settings": env.settings(jit), "xla": env.compiles_with_xla(jit)}
+    return {"versions": env.versions(), "settings": env.settings(xla), "xla": env.compiles_with_xla(xla)}
 
 
 def short(name: str) -> str:

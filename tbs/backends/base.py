@@ -128,7 +128,7 @@ class Device(ABC):
         """Copy every array/tensor in ``structure`` onto this device."""
 
     @abstractmethod
-    def compile_blocked(self, call: Callable[..., Any], tensors: list[Any], jit: bool,
+    def compile_blocked(self, call: Callable[..., Any], tensors: list[Any], xla: bool,
                         variables: Sequence[Any] = ()) -> Callable[[int], None]:
         """A compiled runner: ``runner(n)`` calls ``call(*tensors)`` n times on the device and waits for it.
 
@@ -136,7 +136,7 @@ class Device(ABC):
         pure functions (JAX) passes their values in as arguments.
         """
 
-    def overlapped_blocked(self, call: Callable[..., Any], tensors: list[Any], jit: bool,
+    def overlapped_blocked(self, call: Callable[..., Any], tensors: list[Any], xla: bool,
                            variables: Sequence[Any] = ()) -> Callable[[int], None] | None:
         """Like ``compile_blocked``, but calls that do not depend on each other may overlap.
 
@@ -161,13 +161,13 @@ class Device(ABC):
     def ran_here(self, call: Any) -> bool:
         """Whether the call's work, as captured on this device, really stayed on it."""
 
-    def harness(self, jit: bool) -> Callable[[int], None]:
+    def harness(self, xla: bool) -> Callable[[int], None]:
         """An empty compiled loop on this device: what the timing harness itself costs."""
-        return self.compile_blocked(lambda x: x, [self.place(np.ones((), np.float32))], jit)
+        return self.compile_blocked(lambda x: x, [self.place(np.ones((), np.float32))], xla)
 
     def training_programs(self, call: Callable[..., Any], tensors: list[Any], variables: Sequence[Any],
                           grad_inputs: Sequence[bool], make_optimizer: Callable[[], Any] | None,
-                          jit: bool, seed: int = 0, owned: Sequence[bool] | None = None) -> TrainingPrograms:
+                          xla: bool, seed: int = 0, owned: Sequence[bool] | None = None) -> TrainingPrograms:
         """Compile ``call(*tensors)``'s forward, backward and update programs (training profiles).
 
         ``variables`` are every Keras variable the call reads; its trainable ones are
@@ -191,7 +191,7 @@ class Device(ABC):
 
     def train_step(self, model: Any, tensors: list[Any], rebuild: Callable[[list[Any]], Any],
                    targets: list[Any], loss: Callable[[list[Any], Any], Any],
-                   make_optimizer: Callable[[], Any], jit: bool) -> Runner:
+                   make_optimizer: Callable[[], Any], xla: bool) -> Runner:
         """A runner of whole compiled train steps: forward (training=True), ``loss(targets, outputs)``,
         gradients of every trainable variable, and the optimizer's update; state carried between steps."""
         raise NotImplementedError(f"{self.backend or type(self).__name__} cannot time a train step")
@@ -207,7 +207,7 @@ class Device(ABC):
         """
         raise NotImplementedError(f"{self.backend or type(self).__name__} cannot replay a split train step")
 
-    def program_cost(self, call: Callable[..., Any], tensors: list[Any], jit: bool,
+    def program_cost(self, call: Callable[..., Any], tensors: list[Any], xla: bool,
                      variables: Sequence[Any] = ()) -> ProgramCost:
         """The compiler's cost and memory analysis of ``call(*tensors)`` compiled for this device (one call)."""
         raise NotImplementedError(f"{self.backend or type(self).__name__} has no cost analysis")
@@ -216,7 +216,7 @@ class Device(ABC):
         """A large matmul and a large streaming read in ``dtype``, compiled here, with their exact work."""
         raise NotImplementedError(f"{self.backend or type(self).__name__} cannot calibrate")
 
-    def memory_estimate_note(self, jit: bool) -> str:
+    def memory_estimate_note(self, xla: bool) -> str:
         """Why a batch limit from XLA's compiled memory may be too high on this backend ('' if it holds)."""
         return ""
 

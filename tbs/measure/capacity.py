@@ -164,7 +164,7 @@ def call_at(request: Any, device: Device) -> Callable[[int], None]:
             def forward(*flat: Any) -> Any:
                 return model(request.rebuild_fn(inputs, list(flat)), training=False)
 
-            runner = device.compile_blocked(forward, tensors, request.jit, model.variables)
+            runner = device.compile_blocked(forward, tensors, request.xla, model.variables)
         else:
             setup = request.training_setup
             small = model(structure_inputs(model, request.host_inputs(1), request.specs), training=False)
@@ -172,7 +172,7 @@ def call_at(request: Any, device: Device) -> Callable[[int], None]:
                       for o in request.tensors_fn(small)]
             targets = device.place(setup.targets(shaped, batch, request.seed))
             runner = device.train_step(model, tensors, lambda flat: request.rebuild_fn(inputs, flat), list(targets),
-                                       setup.loss, setup.make_optimizer, request.jit)
+                                       setup.loss, setup.make_optimizer, request.xla)
         try:
             runner(1)
         finally:
@@ -207,7 +207,7 @@ def all_capacities(request: Any, saved: list[tuple[Any, dict[str, Any]]], limit_
         except Exception as exc:  # the measuring is done: a capacity that cannot be found is a reason, not a crash
             out[device.name] = {"largest_batch": None, "tries": [], "reason": rows.reason(exc)}
             continue
-        note = device.memory_estimate_note(request.jit)
+        note = device.memory_estimate_note(request.xla)
         if note and not request.capacity:
             out[device.name]["note"] = note
     return out

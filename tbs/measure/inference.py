@@ -32,15 +32,15 @@ def invoker(call: LayerCall, rebuild_fn: Callable[[Any, list[Any]], Any]) -> Cal
 class InferenceCells:
     """The inference cells of one (device, batch): every layer's forward pass and the whole model's."""
 
-    def __init__(self, device: Device, cap: Capture, inputs: Any, model: Any, jit: bool, confidence: float,
+    def __init__(self, device: Device, cap: Capture, inputs: Any, model: Any, xla: bool, confidence: float,
                  tensors_fn: Callable[[Any], list[Any]], rebuild_fn: Callable[[Any, list[Any]], Any]) -> None:
         self.device, self.cap, self.inputs, self.model = device, cap, inputs, model
-        self.jit, self.confidence = jit, confidence
+        self.xla, self.confidence = xla, confidence
         self.tensors_fn, self.rebuild_fn = tensors_fn, rebuild_fn
 
     def layer(self, call: LayerCall, label: str, base: dict[str, Any]) -> rows.Cell:
         def arguments() -> tuple[Any, list[Any], bool, Any]:
-            return (invoker(call, self.rebuild_fn), self.tensors_fn((call.args, call.kwargs)), self.jit,
+            return (invoker(call, self.rebuild_fn), self.tensors_fn((call.args, call.kwargs)), self.xla,
                     getattr(call.op, "variables", ()))
 
         def programs() -> dict[str, Runner]:
@@ -63,12 +63,12 @@ class InferenceCells:
 
         def programs() -> dict[str, Runner]:
             tensors = self.tensors_fn(inputs)
-            runners = {FORWARD: self.device.compile_blocked(forward, tensors, self.jit, model.variables)}
-            overlapped = self.device.overlapped_blocked(forward, tensors, self.jit, model.variables)
+            runners = {FORWARD: self.device.compile_blocked(forward, tensors, self.xla, model.variables)}
+            overlapped = self.device.overlapped_blocked(forward, tensors, self.xla, model.variables)
             return runners if overlapped is None else {**runners, OVERLAPPED: overlapped}
 
         def analyse() -> dict[str, ProgramCost]:
-            return {FORWARD: self.device.program_cost(forward, self.tensors_fn(inputs), self.jit, model.variables)}
+            return {FORWARD: self.device.program_cost(forward, self.tensors_fn(inputs), self.xla, model.variables)}
 
         def build(parts: dict[str, Measurement]) -> dict[str, Any]:
             row = rows.model_row(base, parts[FORWARD], copy_seconds, input_bytes, self.confidence)

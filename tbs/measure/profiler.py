@@ -24,11 +24,11 @@ from tbs.measure.eta import WorkEstimate
 from tbs.backends.base import Device
 from tbs.backends.host import memory_headroom_bytes
 from tbs.load.inputs import structure_inputs
-from tbs.load.training import fit_to_outputs
+from tbs.load.train_setup import fit_to_outputs
 from tbs.measure.dedupe import find_shared, shared_row
 from tbs.measure.rows import Cell
 from tbs.measure.inference import InferenceCells
-from tbs.measure.training import TrainingCells, gradient_plan, memory_chunks, structure as training_structure
+from tbs.measure.train_cells import TrainingCells, gradient_plan, memory_chunks, structure as training_structure
 from tbs.measure.request import CellSink, ProfileRequest, Progress
 from tbs.schema import LOSS_LAYER, MEASURED, MODEL_LAYER, CellKey, Status
 from tbs.backends.tensors import tensor_bytes
@@ -113,7 +113,7 @@ class Profiler:
     def _harness(self, device: Device) -> Runner:
         """An empty compiled loop on the device: what the timing harness itself costs."""
         if device.name not in self.harnesses:
-            self.harnesses[device.name] = device.harness(self.request.jit)
+            self.harnesses[device.name] = device.harness(self.request.xla)
         return self.harnesses[device.name]
 
     def _time_copy(self, device: Device, host_inputs: Any) -> float:
@@ -329,7 +329,7 @@ class Profiler:
 
     def _cells(self, device: Device, cap: Capture, inputs: Any) -> InferenceCells | TrainingCells:
         r = self.request
-        common = (r.model_on(device), r.jit)
+        common = (r.model_on(device), r.xla)
         if r.training:
             return TrainingCells(device, r.training_setup, cap, inputs, *common, r.seed, r.config.confidence,
                                  r.tensors_fn, r.rebuild_fn)

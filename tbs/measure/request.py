@@ -12,7 +12,7 @@ from tbs.backends.tensors import iter_tensors, replace_tensors
 from tbs.capture.recorder import Capture, capture
 from tbs.load.inputs import InputSpec, batch_arrays
 from tbs.load.model import LoadedModel
-from tbs.load.training import TrainingSetup
+from tbs.load.train_setup import TrainingSetup
 from tbs.measure.timing import TimingConfig
 from tbs.schema import CellKey
 
@@ -59,7 +59,7 @@ class ProfileRequest:
     specs: list[InputSpec]
     user_arrays: list[np.ndarray] | None
     config: TimingConfig
-    jit: bool
+    xla: bool
     host: str
     seed: int = 0
     models: dict[str, Any] = field(default_factory=dict)

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from tbs.backends.base import Device
 from tbs.capture.recorder import Capture, LayerCall
-from tbs.load.training import TrainingSetup
+from tbs.load.train_setup import TrainingSetup
 
 
 @dataclass

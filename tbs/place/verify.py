@@ -32,8 +32,8 @@ from tbs.capture.recorder import Capture, LayerCall, capture
 from tbs.errors import TbsError, TbsWarning
 from tbs.load.inputs import batch_arrays, check_input_arrays, input_specs, load_user_input, structure_inputs
 from tbs.load.model import ModelSource, compile_objects, load_model, load_model_object
-from tbs.load.training import TrainingSetup
-from tbs.measure.training import gradient_plan
+from tbs.load.train_setup import TrainingSetup
+from tbs.measure.train_cells import gradient_plan
 from tbs.measure import neighbours
 from tbs.measure.stats import Summary
 from tbs.measure.timing import Interleaved, Measurement, Timer, TimingConfig

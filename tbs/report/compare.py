@@ -18,7 +18,7 @@ from tbs.errors import TbsError
 from tbs.place.recommend import Recommendation
 from tbs.profiles.profile import Profile, with_layer_sums
 from tbs.report import console, html, json
-from tbs.report.analysis import mode_differences
+from tbs.report.winners import mode_differences
 from tbs.report.page import ReportData, esc, table
 from tbs.schema import MEASURED
 from tbs.units import format_seconds, format_usd, is_number

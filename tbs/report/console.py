@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from tbs.report.analysis import winner
+from tbs.report.winners import winner
 from tbs.profiles.profile import Profile, with_layer_sums
 from tbs.place.recommend import Recommendation, comparison, saving
 from tbs.place.verify import Verification

@@ -17,8 +17,8 @@ from plotly.offline import get_plotlyjs
 
 from tbs.place.recommend import Recommendation
 from tbs.profiles.profile import Profile
-from tbs.report import roofline, training
-from tbs.report.analysis import crossovers, winner, winners
+from tbs.report import roofline, training_view as training
+from tbs.report.winners import crossovers, winner, winners
 from tbs.report.console import (INACTIVE_MARK, NOT_IN_STEP_MARK, NOT_IN_STEP_MEANING, comparison_table, inactive_layers,
                                 not_in_step, training_command)
 from tbs.report.figures import (batch_axis, heatmap_figure, layer_stack, missing_cells, scaling_figure, spread_figure,

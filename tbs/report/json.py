@@ -7,7 +7,7 @@ from typing import Any
 
 from tbs.place.recommend import Evaluation, Recommendation, layer_rows, saving
 from tbs.profiles.profile import Profile, with_layer_sums
-from tbs.report.analysis import step_check, winners
+from tbs.report.winners import step_check, winners
 from tbs.schema import LOSS_LAYER
 
 

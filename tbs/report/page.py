@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 
 from tbs.place.recommend import Recommendation
 from tbs.profiles.profile import Profile, with_layer_sums
-from tbs.report.analysis import with_intervals
+from tbs.report.winners import with_intervals
 from tbs.report.console import inactive_layers, not_in_step
 from tbs.report.figures import View
 from tbs.schema import Status

@@ -122,7 +122,7 @@ class JaxDevice(Device):
                 leaf.block_until_ready()
         return placed
 
-    def compile_blocked(self, call: Callable[..., Any], tensors: list[Any], jit: bool,
+    def compile_blocked(self, call: Callable[..., Any], tensors: list[Any], xla: bool,
                         variables: Sequence[Any] = ()) -> Callable[[int], None]:
         jax = _jax()
         variables = list(variables)
@@ -150,7 +150,7 @@ class JaxDevice(Device):
 
         return runner
 
-    def program_cost(self, call: Callable[..., Any], tensors: list[Any], jit: bool,
+    def program_cost(self, call: Callable[..., Any], tensors: list[Any], xla: bool,
                      variables: Sequence[Any] = ()) -> ProgramCost:
         from tbs.backends.jax import analysis
 
@@ -183,14 +183,14 @@ class JaxDevice(Device):
 
     def training_programs(self, call: Callable[..., Any], tensors: list[Any], variables: Sequence[Any],
                           grad_inputs: Sequence[bool], make_optimizer: Callable[[], Any] | None,
-                          jit: bool, seed: int = 0, owned: Sequence[bool] | None = None) -> TrainingPrograms:
+                          xla: bool, seed: int = 0, owned: Sequence[bool] | None = None) -> TrainingPrograms:
         from tbs.backends.jax import training
 
         return training.training_programs(self._put, lambda *t: call(*t), tensors, variables, grad_inputs,
                                           make_optimizer, seed, _arrays, _views_of_inputs, _total, owned)
 
     def train_step(self, model: Any, tensors: list[Any], rebuild: Callable[[list[Any]], Any], targets: list[Any],
-                   loss: Callable[[list[Any], Any], Any], make_optimizer: Callable[[], Any], jit: bool) -> Runner:
+                   loss: Callable[[list[Any], Any], Any], make_optimizer: Callable[[], Any], xla: bool) -> Runner:
         from tbs.backends.jax import training
 
         return training.train_step(self._put, model, tensors, rebuild, targets, loss, make_optimizer)

@@ -25,12 +25,12 @@ def versions() -> dict[str, str]:
     return package_versions(_PLUGINS)
 
 
-def settings(jit: bool) -> dict[str, Any]:
+def settings(xla: bool) -> dict[str, Any]:
     return dict(common_settings(), xla_jit_compile="always (jax.jit)", xla_flags=os.environ.get("XLA_FLAGS"),
                 jax_platforms=os.environ.get("JAX_PLATFORMS"),
                 preallocate=os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "default (true)"))
 
 
-def compiles_with_xla(jit: bool) -> bool:
+def compiles_with_xla(xla: bool) -> bool:
     """JAX always compiles with XLA."""
     return True

@@ -78,17 +78,17 @@ class TFDevice(Device):
 
         return tf.nest.map_structure(copy, structure)
 
-    def compile_blocked(self, call: Callable[..., Any], tensors: list[Any], jit: bool,
+    def compile_blocked(self, call: Callable[..., Any], tensors: list[Any], xla: bool,
                         variables: Sequence[Any] = ()) -> Callable[[int], None]:
         """``variables`` are read inside the loop as the resource variables they are."""
-        return self._blocked(call, tensors, jit, parallel_iterations=1)
+        return self._blocked(call, tensors, xla, parallel_iterations=1)
 
-    def overlapped_blocked(self, call: Callable[..., Any], tensors: list[Any], jit: bool,
+    def overlapped_blocked(self, call: Callable[..., Any], tensors: list[Any], xla: bool,
                            variables: Sequence[Any] = ()) -> Callable[[int], None]:
         """A plain ``tf.while_loop``'s default: up to 10 independent calls at once (throughput)."""
-        return self._blocked(call, tensors, jit, parallel_iterations=OVERLAPPED_ITERATIONS)
+        return self._blocked(call, tensors, xla, parallel_iterations=OVERLAPPED_ITERATIONS)
 
-    def _blocked(self, call: Callable[..., Any], tensors: list[Any], jit: bool, parallel_iterations: int,
+    def _blocked(self, call: Callable[..., Any], tensors: list[Any], xla: bool, parallel_iterations: int,
                  before_loop: Callable[..., Callable[[], Any]] | None = None) -> Callable[[int], None]:
         """The blocked runner. ``before_loop(*tensors)``, where given, runs once per runner call before
         the loop and returns what each iteration runs (training: a backward from one forward's tape)."""
@@ -98,7 +98,7 @@ class TFDevice(Device):
         def compiled(step: Callable[..., Any]) -> Callable[..., Any]:
             # With XLA, the call is its own XLA computation launched every iteration; compiling
             # the loop too would let XLA hoist the loop-invariant call out of it.
-            return tf.function(step, jit_compile=True) if jit else step
+            return tf.function(step, jit_compile=True) if xla else step
 
         plain = compiled(call)
 
@@ -125,7 +125,7 @@ class TFDevice(Device):
 
         return runner
 
-    def program_cost(self, call: Callable[..., Any], tensors: list[Any], jit: bool,
+    def program_cost(self, call: Callable[..., Any], tensors: list[Any], xla: bool,
                      variables: Sequence[Any] = ()) -> ProgramCost:
         """XLA's analysis of the call (as --xla compiles it), else TensorFlow's graph statistics."""
         from tbs.backends.tensorflow import analysis
@@ -137,8 +137,8 @@ class TFDevice(Device):
 
         return analysis.calibration_programs(self.kind, self.place, self.compile_blocked, dtype)
 
-    def memory_estimate_note(self, jit: bool) -> str:
-        if jit:
+    def memory_estimate_note(self, xla: bool) -> str:
+        if xla:
             return ""
         return "TensorFlow's graphs (without --xla) hold more than XLA's compiled program, so the real limit is lower"
 
@@ -160,9 +160,9 @@ class TFDevice(Device):
 
     def training_programs(self, call: Callable[..., Any], tensors: list[Any], variables: Sequence[Any],
                           grad_inputs: Sequence[bool], make_optimizer: Callable[[], Any] | None,
-                          jit: bool, seed: int = 0, owned: Sequence[bool] | None = None) -> TrainingPrograms:
+                          xla: bool, seed: int = 0, owned: Sequence[bool] | None = None) -> TrainingPrograms:
         """Forward, forward+backward (a gradient needs its tape) and update runners: see training.py."""
-        return training.training_programs(self, call, tensors, variables, grad_inputs, make_optimizer, jit, seed,
+        return training.training_programs(self, call, tensors, variables, grad_inputs, make_optimizer, xla, seed,
                                           owned)
 
     def loss_reads_logits(self, loss: Callable[[list[Any], Any], Any], targets: list[Any],
@@ -178,9 +178,9 @@ class TFDevice(Device):
 
     def train_step(self, model: Any, tensors: list[Any], rebuild: Callable[[list[Any]], Any],
                    targets: list[Any], loss: Callable[[list[Any], Any], Any],
-                   make_optimizer: Callable[[], Any], jit: bool) -> Runner:
+                   make_optimizer: Callable[[], Any], xla: bool) -> Runner:
         """Whole train steps; the runner's ``restore()`` puts back the weights the steps changed."""
-        return training.train_step(self, model, tensors, rebuild, targets, loss, make_optimizer, jit)
+        return training.train_step(self, model, tensors, rebuild, targets, loss, make_optimizer, xla)
 
     def run_placed(self, call: Any, args: tuple, kwargs: dict) -> Any:
         with _tensorflow().device(self.tf_name):

@@ -103,7 +103,7 @@ def versions() -> dict[str, str]:
     return found
 
 
-def settings(jit: bool) -> dict[str, Any]:
+def settings(xla: bool) -> dict[str, Any]:
     """CPU threading, oneDNN and XLA choices: they change timings, so they travel with them."""
     tf = tensorflow()
     onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
@@ -112,12 +112,12 @@ def settings(jit: bool) -> dict[str, Any]:
         intra_op_threads=tf.config.threading.get_intra_op_parallelism_threads() or "default (all cores)",
         inter_op_threads=tf.config.threading.get_inter_op_parallelism_threads() or "default",
         onednn="off" if onednn == "0" else ("on" if onednn == "1" else "default (on for x86 builds)"),
-        xla_jit_compile=bool(jit),
+        xla_jit_compile=bool(xla),
         tf_xla_flags=os.environ.get("TF_XLA_FLAGS"),
         grappler="default",
     )
 
 
-def compiles_with_xla(jit: bool) -> bool:
+def compiles_with_xla(xla: bool) -> bool:
     """TensorFlow runs graphs unless --xla asks for XLA."""
-    return bool(jit)
+    return bool(xla)

@@ -215,7 +215,7 @@ def residual_bytes(call: Callable[..., Any], tensors: list[Any], trainable: list
 
 
 def _update(device: TFDevice, trainable: list[Any], grads: list[Any], make_optimizer: Callable[[], Any],
-            jit: bool) -> tuple[Runner, int]:
+            xla: bool) -> tuple[Runner, int]:
     """A runner applying fixed gradients to copies of the trainable variables, and the optimizer's bytes.
 
     Each iteration returns the first element of every updated copy (the runner consumes
@@ -232,7 +232,7 @@ def _update(device: TFDevice, trainable: list[Any], grads: list[Any], make_optim
         return [tf.reshape(c.read_value(), [-1])[:1] for c in copies]  # read after the update
 
     slots = sum(_bytes(v.shape, v.dtype) or 0 for v in optimizer.variables)
-    runner = device.compile_blocked(apply, grads, jit)
+    runner = device.compile_blocked(apply, grads, xla)
     runner_costs = lambda: analysis.program_cost(device.tf_name, device.kind, apply, list(grads))  # noqa: E731
     return _WithCost(runner, runner_costs), slots
 
@@ -248,7 +248,7 @@ class _WithCost:
 
 
 def training_programs(device: TFDevice, call: Callable[..., Any], tensors: list[Any], variables: Sequence[Any],
-                      grad_inputs: Sequence[bool], make_optimizer: Callable[[], Any] | None, jit: bool,
+                      grad_inputs: Sequence[bool], make_optimizer: Callable[[], Any] | None, xla: bool,
                       seed: int = 0, owned: Sequence[bool] | None = None) -> TrainingPrograms:
     """Compile one call's forward, forward+backward and update runners (see ``Device.training_programs``)."""
     tf = _tensorflow()
@@ -258,7 +258,7 @@ def training_programs(device: TFDevice, call: Callable[..., Any], tensors: list[
     flagged = [i for i, (t, wanted) in enumerate(zip(tensors, grad_inputs))
                if wanted and t.dtype.is_floating]
     weight_bytes = sum(_bytes(v.value.shape, v.value.dtype) or 0 for v, own in zip(variables, owned) if own)
-    forward = device.compile_blocked(call, tensors, jit, variables)
+    forward = device.compile_blocked(call, tensors, xla, variables)
     backward = both = update = residuals = None
     slot_bytes = 0
     if trainable or flagged:
@@ -267,16 +267,16 @@ def training_programs(device: TFDevice, call: Callable[..., Any], tensors: list[
             cotangents, grads = _eager_pass(call, tensors, trainable, seed, want_update)
         if cotangents:
             step = _differentiate(call, trainable, flagged, cotangents)
-            if jit:  # one XLA computation per call runs its ops one after another: forward+backward less forward
-                backward = device.compile_blocked(step, tensors, jit, variables)
+            if xla:  # one XLA computation per call runs its ops one after another: forward+backward less forward
+                backward = device.compile_blocked(step, tensors, xla, variables)
             else:
-                backward = device._blocked(call, tensors, jit, 1, _backward_from_tape(call, trainable, flagged,
+                backward = device._blocked(call, tensors, xla, 1, _backward_from_tape(call, trainable, flagged,
                                                                                       cotangents))
-                both = device.compile_blocked(step, tensors, jit, variables)
+                both = device.compile_blocked(step, tensors, xla, variables)
             residuals = residual_bytes(call, tensors, trainable, flagged, cotangents)
         if grads is not None and make_optimizer is not None:  # the variables it owns: one update per variable
             update, slot_bytes = _update(device, [trainable[i] for i in updated], [grads[i] for i in updated],
-                                         make_optimizer, jit)
+                                         make_optimizer, xla)
     def costs() -> dict[str, Any]:
         found = {"forward": analysis.program_cost(device.tf_name, device.kind, call, list(tensors))}
         if backward is not None:
@@ -285,8 +285,8 @@ def training_programs(device: TFDevice, call: Callable[..., Any], tensors: list[
             found["update"] = update.cost()
         return found
 
-    return TrainingPrograms(forward=forward, backward=backward, backward_includes_forward=jit,
-                            backward_runs_forward_once=not jit, update=update, weight_bytes=weight_bytes,
+    return TrainingPrograms(forward=forward, backward=backward, backward_includes_forward=xla,
+                            backward_runs_forward_once=not xla, update=update, weight_bytes=weight_bytes,
                             slot_bytes=slot_bytes, residual_bytes=residuals, costs=costs, forward_backward=both)
 
 
@@ -312,11 +312,11 @@ class TrainStepRunner:
 
 def train_step(device: TFDevice, model: Any, tensors: list[Any], rebuild: Callable[[list[Any]], Any],
                targets: list[Any], loss: Callable[[list[Any], Any], Any], make_optimizer: Callable[[], Any],
-               jit: bool) -> TrainStepRunner:
+               xla: bool) -> TrainStepRunner:
     """A runner of whole train steps: forward (training=True), loss plus the model's own losses,
     gradients of every trainable variable and the optimizer's update, one step per loop iteration.
 
-    With ``jit`` the whole step is one XLA computation per iteration (``compile_blocked``).
+    With ``xla`` the whole step is one XLA computation per iteration (``compile_blocked``).
     """
     tf = _tensorflow()
     trainable = model.trainable_variables
@@ -337,6 +337,6 @@ def train_step(device: TFDevice, model: Any, tensors: list[Any], rebuild: Callab
         return value
 
     # compile_blocked only defines the program (it traces on the first run): the snapshot is of the start.
-    runner = TrainStepRunner(device.compile_blocked(step, list(tensors) + list(targets), jit, model.variables), model)
+    runner = TrainStepRunner(device.compile_blocked(step, list(tensors) + list(targets), xla, model.variables), model)
     runner.costs = lambda: {"step": analysis.program_cost(device.tf_name, device.kind, step, list(tensors) + list(targets))}
     return runner

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tbs.report.analysis import PHASES, phase_table, step_check, training_memory
+from tbs.report.winners import PHASES, phase_table, step_check, training_memory
 from tbs.report.figures import PHASE_COLORS, phase_figure
 from tbs.report.page import ReportData, esc, figure, table
 from tbs.schema import LOSS_LAYER, MEASURED

@@ -26,7 +26,7 @@ import numpy as np
 from tbs.backends.base import Device, TrainingPrograms
 from tbs.backends.tensors import dtype_name, iter_tensors
 from tbs.capture.recorder import Capture, LayerCall
-from tbs.load.training import TrainingSetup
+from tbs.load.train_setup import TrainingSetup
 from tbs.measure import analysis, rows
 from tbs.measure.dedupe import call_signature
 from tbs.measure.inference import invoker
@@ -169,10 +169,10 @@ class TrainingCells:
     """The training cells of one (device, batch): every layer, the loss, and the whole train step."""
 
     def __init__(self, device: Device, setup: TrainingSetup, cap: Capture, inputs: Any, model: Any,
-                 jit: bool, seed: int, confidence: float, tensors_fn: Callable[[Any], list[Any]],
+                 xla: bool, seed: int, confidence: float, tensors_fn: Callable[[Any], list[Any]],
                  rebuild_fn: Callable[[Any, list[Any]], Any]) -> None:
         self.device, self.setup, self.cap, self.inputs, self.model = device, setup, cap, inputs, model
-        self.jit, self.seed, self.confidence = jit, seed, confidence
+        self.xla, self.seed, self.confidence = xla, seed, confidence
         self.tensors_fn, self.rebuild_fn = tensors_fn, rebuild_fn
         self.plan = gradient_plan(cap.calls)
         self.owned, _ = variable_owners(cap.calls)
@@ -222,7 +222,7 @@ class TrainingCells:
 
         def compile() -> TrainingPrograms:
             return self.device.training_programs(invoke, self.tensors_fn((call.args, call.kwargs)), variables, wanted,
-                                                 self.setup.make_optimizer if variables else None, self.jit, self.seed,
+                                                 self.setup.make_optimizer if variables else None, self.xla, self.seed,
                                                  owned)
 
         # Its programs depend on the input gradients it computes, on what of it the step runs, and on
@@ -235,7 +235,7 @@ class TrainingCells:
         """A skipped activation's own row: its forward on the logits, shown and never summed."""
 
         def compile() -> TrainingPrograms:
-            return self.device.training_programs(skip.activate, [skip.logits], (), [False], None, self.jit, self.seed)
+            return self.device.training_programs(skip.activate, [skip.logits], (), [False], None, self.xla, self.seed)
 
         return self._cell(label, dict(base, in_step=False), [skip.logits], compile, 0, None)
 
@@ -252,7 +252,7 @@ class TrainingCells:
 
         def compile() -> TrainingPrograms:
             return self.device.training_programs(value, list(self.targets) + inputs, (), wanted, None,
-                                                 self.jit, self.seed)
+                                                 self.xla, self.seed)
 
         return self._cell(label, dict(base, in_step=True), inputs, compile, len(self.outputs), None)
 
@@ -264,7 +264,7 @@ class TrainingCells:
         def programs() -> dict[str, Runner]:
             made["runner"] = self.device.train_step(self.model, self.tensors_fn(inputs),
                                                     lambda flat: self.rebuild_fn(inputs, flat), list(self.targets),
-                                                    self.setup.loss, self.setup.make_optimizer, self.jit)
+                                                    self.setup.loss, self.setup.make_optimizer, self.xla)
             return {STEP: made["runner"]}
 
         def analyse() -> dict[str, Any]:
