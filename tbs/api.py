@@ -261,7 +261,7 @@ def predict(profile: Profile | PathLike, devices: str | Sequence[str], *, source
     result = _predict(_as_profile(profile), targets, source, None if catalog is None else str(catalog))
     priced = reprice(result, checks.prices(prices), {})  # the catalog's prices, or those given, to dollars
     # Only the predicted rows are priced here: the measured ones keep their prices (and any spot discount).
-    metadata = dict(result.metadata, prices_usd_per_hour=priced.metadata["prices_usd_per_hour"])
+    metadata = dict(result.metadata, prices_usd_per_hour=priced.meta.prices_usd_per_hour)
     return dataclasses.replace(result, predictions=priced.predictions, metadata=metadata)
 
 
@@ -348,7 +348,7 @@ def placement_for_report(profile: Profile) -> Recommendation | str:
     if len(devices) < 2:
         return "One device profiled: nothing to place. Profile two or more devices."
     programs = {(str((e.get("host") or {}).get("hostname")), e.get("backend") or "tensorflow")
-                for e in profile.metadata.get("environments") or []}
+                for e in profile.meta.environments}
     if len(programs) > 1:
         return ("These profiles come from different machines or backends, and a placement splits one model "
                 "inside one program on one machine: run tbs recommend on each profile directory. "

@@ -235,7 +235,7 @@ class Run:
         request = ProfileRequest(
             loaded=self.loaded, load_on=self.load_on, devices=self.devices, batch_sizes=o.batch_sizes,
             training=o.training is not None, specs=self.specs, user_arrays=self.user_arrays, config=o.timing,
-            xla=o.measure.xla, host=str(store.metadata.get("host", {}).get("hostname", "")), seed=o.measure.seed,
+            xla=o.measure.xla, host=str(store.meta.host.get("hostname", "")), seed=o.measure.seed,
             host_device=next((d for d in self.discovery.devices if d.kind == "cpu"), None),
             price_row=row_pricer(o.prices), training_setup=self.training, capacity=o.measure.capacity,
             analysis=o.measure.analysis, dedupe=o.measure.dedupe,

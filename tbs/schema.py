@@ -32,8 +32,9 @@ Format history (``FORMAT_VERSION``, written to ``metadata.json`` as ``tbs_profil
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Any, NamedTuple, TypedDict
+from typing import Any, Mapping, NamedTuple
 
 FORMAT_VERSION = 5
 READABLE_VERSIONS = (1, 2, 3, 4, 5)
@@ -189,67 +190,130 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
 MEASUREMENT_SETTINGS = ("mode", "xla", "input_source", "prices_usd_per_hour", "timing", "backend", "training")
 
 
-class LayerInfo(TypedDict, total=False):
+@dataclass
+class LayerRecord:
+    """One leaf layer call as a profile records it (``metadata.json`` "layers", in call order).
+
+    The capture's ``LayerCall`` is this record with the live call attached, so what is
+    captured and what is saved are one type. Optional fields are None where they do not
+    apply and are left out of the file.
+    """
+
     name: str
     type: str
     category: str
-    params: int
-    input_shapes: list[list[int | None]]
-    output_shapes: list[list[int | None]]
-    input_bytes: int
-    output_bytes: int
-    batch_size: int
-    inactive: bool  # does nothing in the measured mode (Dropout, random augmentation in inference)
-    trainable: bool  # has trainable variables (training profiles)
-    grad_inputs: list[bool]  # per flat input: does training need its gradient (training profiles)
+    params: int = 0
+    input_shapes: list[list[int | None]] | None = None  # None: not captured (the loss, an activation timed apart)
+    output_shapes: list[list[int | None]] | None = None
+    input_bytes: int | None = None
+    output_bytes: int | None = None
+    batch_size: int | None = None  # the batch the shapes and bytes were captured at
+    inactive: bool = False  # does nothing in the measured mode (Dropout, random augmentation in inference)
+    trainable: bool | None = None  # has trainable variables (training profiles)
+    grad_inputs: list[bool] | None = None  # per flat input: does training need its gradient (training profiles)
     # False: the compiled train step never runs it (an output activation whose logits the loss reads);
     # its row is shown, never summed. ``part_of``: the layer whose activation it is, timed apart.
-    in_step: bool
-    part_of: str
+    in_step: bool | None = None
+    part_of: str | None = None
     # A shared layer's later call: the call that owns its variables (their update, weights and slots).
-    weights_of: str
+    weights_of: str | None = None
+
+    def replace(self, **changes: Any) -> "LayerRecord":
+        """This record (only the record, never a LayerCall's live call) with ``changes``."""
+        return LayerRecord(**{**{f.name: getattr(self, f.name) for f in fields(LayerRecord)}, **changes})
+
+    def as_dict(self) -> dict[str, Any]:
+        """The file's entry: the record's own fields (not a LayerCall's live ones), None left out."""
+        values = {f.name: getattr(self, f.name) for f in fields(LayerRecord)}
+        return {k: v for k, v in values.items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, entry: Mapping[str, Any]) -> "LayerRecord":
+        """A file's entry; keys this tbs does not know (a newer writer's) are ignored."""
+        known = {f.name for f in fields(LayerRecord)}
+        return cls(**{k: v for k, v in entry.items() if k in known})
 
 
-class ProfileMetadata(TypedDict, total=False):
-    """``metadata.json``: what was measured, where, how, and how far it got."""
+@dataclass(frozen=True)
+class Metadata:
+    """``metadata.json``, typed: what was measured, where, how, and how far it got.
 
-    tbs_profile_version: int
-    tbs_version: str
-    model: dict[str, Any]  # name, path, sha256, class, params
-    inputs: list[dict[str, Any]]
-    input_source: str
-    seed: int
-    mode: str  # "inference" | "training"
+    Every stage reads the metadata through this view (``Profile.meta``, ``ProfileStore.meta``)
+    and every key written must be one of its fields (``check_declared``, run on every write),
+    so a key is declared once, here. The file stays plain JSON; a key this tbs does not know
+    (a newer writer's) is ignored on read. Fields hold an empty value where the file lacks them.
+    """
+
+    tbs_profile_version: int | None = None
+    tbs_version: str | None = None
+    model: dict[str, Any] = field(default_factory=dict)  # name, path, sha256, class, params
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+    input_source: str | None = None
+    seed: int | None = None
+    mode: str | None = None  # "inference" | "training"
     # loss (name, source, serialized, weights), optimizer (name, config, source), backward_method, targets,
     # and note: why the model's own compile() was not used where it could not be restored
-    training: dict[str, Any]
-    samples: int  # the dataset's size (--samples): the report's cost per epoch
-    batch_sizes: list[int]
-    devices: list[dict[str, Any]]
-    devices_missing: dict[str, str]
-    prices_usd_per_hour: dict[str, float]
-    spot_discount: dict[str, float]
-    price_sources: dict[str, dict[str, str]]
-    host: dict[str, Any]
-    versions: dict[str, str]
-    settings: dict[str, Any]
-    timing: dict[str, Any]
-    xla: bool
-    backend: str
-    command: list[str]
-    started: str
-    finished: str
-    elapsed_s: float
-    status: str
-    error: str
-    resumed: int
-    layers: list[LayerInfo]
-    graph: dict[str, list[dict[str, Any]]]
-    transfers: dict[str, dict[str, float]]
-    host_device: str
-    harness_overhead: dict[str, dict[str, float]]
-    environments: list[dict[str, Any]]
-    merged_from: list[str]
-    calibration: dict[str, dict[str, Any]]  # device -> achievable FLOP/s per dtype, bandwidth, how measured
-    capacity: dict[str, dict[str, Any]]  # device -> memory fit per batch, largest batch that fits, its check
-    rebuilt: str  # metadata.json was damaged or lost and rebuilt from the rows and a --resume's options
+    training: dict[str, Any] = field(default_factory=dict)
+    samples: int | None = None  # the dataset's size (tbs.profile(dataset_size=), --samples): the cost per epoch
+    batch_sizes: list[int] = field(default_factory=list)
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    devices_missing: dict[str, str] = field(default_factory=dict)
+    prices_usd_per_hour: dict[str, float] = field(default_factory=dict)
+    spot_discount: dict[str, float] = field(default_factory=dict)
+    price_sources: dict[str, dict[str, str]] = field(default_factory=dict)
+    host: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+    timing: dict[str, Any] = field(default_factory=dict)
+    xla: bool | None = None
+    backend: str | None = None
+    dedupe: bool | None = None  # identical layer calls measured once (shared_with names the row)
+    command: list[str] = field(default_factory=list)
+    started: str | None = None
+    finished: str | None = None
+    elapsed_s: float | None = None
+    status: str | None = None
+    error: str | None = None
+    resumed: int | None = None
+    layers: list[dict[str, Any]] = field(default_factory=list)  # LayerRecord.as_dict() per leaf call (Profile.layers)
+    graph: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # batch -> edges
+    transfers: dict[str, dict[str, float]] = field(default_factory=dict)  # "src->dst" -> fitted copy cost
+    host_device: str | None = None
+    harness_overhead: dict[str, dict[str, float]] = field(default_factory=dict)  # device@batch -> harness cost
+    sampled_in_chunks: dict[str, int] = field(default_factory=dict)  # device@batch -> chunks (big models)
+    environments: list[dict[str, Any]] = field(default_factory=list)  # merged or cluster: each machine's
+    merged_from: list[str] = field(default_factory=list)
+    calibration: dict[str, dict[str, Any]] = field(default_factory=dict)  # device -> achievable FLOP/s, bandwidth
+    capacity: dict[str, dict[str, Any]] = field(default_factory=dict)  # device -> memory fit, largest batch
+    rebuilt: str | None = None  # metadata.json was damaged or lost and rebuilt from the rows and a --resume
+    cluster: dict[str, dict[str, Any]] = field(default_factory=dict)  # node group -> its nodes and devices
+    cluster_links: str | None = None  # how copies between a cluster's nodes were measured, or why not
+    node_id: str | None = None  # a cluster node's own profile: the Ray node it ran on
+    retries: list[dict[str, Any]] = field(default_factory=list)  # cluster tasks re-run on another node
+    prediction: dict[str, Any] = field(default_factory=dict)  # how tbs.predict made the predictions
+    predicted_devices: list[str] = field(default_factory=list)  # catalog ids placed as predicted devices
+
+    # The declared keys the file holds (an empty value there is not a missing one).
+    present: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+
+    @classmethod
+    def from_dict(cls, metadata: Mapping[str, Any]) -> "Metadata":
+        """The typed view of a file's metadata; None in the file reads as the field's empty value."""
+        values = {name: metadata[name] for name in METADATA_KEYS if metadata.get(name) is not None}
+        return cls(**values, present=frozenset(values))
+
+    def recorded(self, name: str) -> Any:
+        """Field ``name`` as the file holds it, None where the file lacks it (reports that mirror the file)."""
+        if name not in METADATA_KEYS:
+            raise KeyError(f"{name!r} is not a declared metadata key")
+        return getattr(self, name) if name in self.present else None
+
+
+def check_declared(metadata: Mapping[str, Any]) -> None:
+    """Refuse to write a metadata key that ``Metadata`` does not declare (a writer's bug, caught by the tests)."""
+    undeclared = sorted(set(metadata) - set(METADATA_KEYS))
+    if undeclared:
+        raise TypeError(f"metadata keys {undeclared} are not declared in tbs.schema.Metadata: declare them there")
+
+
+METADATA_KEYS = tuple(f.name for f in fields(Metadata) if f.name != "present")

@@ -268,7 +268,7 @@ def fake_capture(model: FakeModel, inputs: Any, training: bool, device: Device |
         args, out = tuple(values[src] for src in model.inputs_of[layer.name]), values[layer.name]
         edges += [_edge(src, layer.name, values[src]) for src in sources]
         calls.append(LayerCall(
-            name=layer.name, op=layer, layer_type=layer.layer_type, category=layer.category,
+            name=layer.name, op=layer, type=layer.layer_type, category=layer.category,
             params=layer.params, args=args, kwargs={}, outputs=out,
             input_shapes=[list(x.shape) for x in args], output_shapes=[list(out.shape)],
             input_bytes=sum(int(x.nbytes) for x in args), output_bytes=int(out.nbytes), eager_seconds=seconds))

@@ -85,9 +85,7 @@ def _training_layers(model: FakeModel, batch: int, training: bool) -> tuple[list
     """metadata.json's layers and graph at one batch size (with the loss, gradients and trainability in training)."""
     capture = fake_capture(model, np.zeros((batch, INPUT_WIDTH), np.float32), training)
     needs = _needs_grad(model)
-    layers = [{"name": c.name, "type": c.layer_type, "category": c.category, "params": c.params,
-               "input_shapes": c.input_shapes, "output_shapes": c.output_shapes, "input_bytes": c.input_bytes,
-               "output_bytes": c.output_bytes, "batch_size": batch, "inactive": False} for c in capture.calls]
+    layers = [c.replace(batch_size=batch).as_dict() for c in capture.calls]
     edges = [vars(e) for e in capture.edges]
     if not training:
         return layers, edges

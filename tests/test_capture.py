@@ -42,7 +42,7 @@ def test_functional_dag_nested_multi_io_graph():
 
 def test_training_flag_reaches_every_layer_that_takes_it():
     cap = _capture(sequential_model(), training=True)
-    dropout = next(c for c in cap.calls if c.layer_type == "Dropout")
+    dropout = next(c for c in cap.calls if c.type == "Dropout")
     assert dropout.kwargs.get("training") is True
 
 
@@ -51,7 +51,7 @@ def test_subclassed_model_and_custom_leaf(custom_source):
     model = classes["TinySubclassed"](units=4)
     model(np.zeros((2, 5), dtype="float32"))
     cap = _capture(model, batch=3)
-    assert [c.layer_type for c in cap.calls] == ["Dense", "Doubler", "Dense"]
+    assert [c.type for c in cap.calls] == ["Dense", "Doubler", "Dense"]
     assert [(e.src, e.dst) for e in cap.edges][:3] == [
         ("input:input", cap.calls[0].name), (cap.calls[0].name, cap.calls[1].name),
         (cap.calls[1].name, cap.calls[2].name)]
@@ -66,7 +66,7 @@ def test_shared_layer_called_twice_gets_two_cells():
 
 
 def test_rnn_inner_cell_is_not_a_separate_leaf():
-    names = [c.layer_type for c in _capture(embedding_model()).calls]
+    names = [c.type for c in _capture(embedding_model()).calls]
     assert names == ["Embedding", "LSTM", "Dense"]
 
 

@@ -288,3 +288,21 @@ def test_a_calibration_that_fails_is_recorded_and_the_run_goes_on():
 
     found = calibrate(Small(), ["float32"], Timer(TimingConfig(min_samples=3)), lambda n: None)
     assert found["memory_bytes_per_s"] is None and "MemoryError" in found["failed"]["stream float32"]
+
+
+def test_a_device_that_cannot_be_predicted_saves_rows_the_profile_still_loads_with(tmp_path):
+    """No calibration on the source (a --no-analysis profile): each batch's whole-model row says why, and
+    the saved profile still loads and reports (a blank layer name used to make it read as damaged)."""
+    from tbs.testing import FakeClock, FakeDevice, chain, fake_profile
+
+    clock = FakeClock()
+    fake_profile(tmp_path / "p", chain("dense", "dense_1"), [FakeDevice("cpu", 0, clock, {"dense": 1e-4})],
+                 batch_sizes=(8, 64))
+    runner = CliRunner()
+    result = runner.invoke(cli, ["predict", str(tmp_path / "p"), "--device", "tpu-v5e", "--from", "cpu:0"])
+    assert result.exit_code == 0, result.output
+    saved = tbs.load(tmp_path / "p").predictions
+    assert list(saved["batch_size"]) == [8, 64] and set(saved["layer"]) == {"(model)"}
+    assert saved["reason"].str.contains("not predicted: cpu:0 has no calibration").all()
+    report = runner.invoke(cli, ["report", str(tmp_path / "p"), "--format", "text"])
+    assert report.exit_code == 0, report.output

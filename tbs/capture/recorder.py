@@ -25,6 +25,7 @@ import numpy as np
 from tbs.backends import keras as _keras
 from tbs.backends.base import Device
 from tbs.capture.categories import categorize
+from tbs.schema import LayerRecord
 from tbs.backends.tensors import (dtype_name, flatten, fresh_if_passed_through, is_host_strings, iter_tensors,
                          tensor_bytes, tensor_shape)
 
@@ -42,26 +43,18 @@ class Edge:
 
 
 @dataclass
-class LayerCall:
-    """One leaf call: the operation and the exact arguments it received."""
+class LayerCall(LayerRecord):
+    """One leaf call: the profile's record of it (name, type, shapes, bytes...) plus the live call:
+    the operation and the exact arguments it received. ``inactive``: every output is one of its
+    inputs, so the layer does nothing in this mode (Dropout or random augmentation in inference)
+    and its time is the harness's, not work."""
 
-    name: str
-    op: Any
-    layer_type: str
-    category: str
-    params: int
-    args: tuple
-    kwargs: dict
-    outputs: Any
-    input_shapes: list[list[int | None]]
-    output_shapes: list[list[int | None]]
-    input_bytes: int
-    output_bytes: int
-    eager_seconds: float
+    op: Any = None
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    outputs: Any = None
+    eager_seconds: float = 0.0
     op_devices: dict[str, set[str]] = field(default_factory=dict)
-    # Every output is one of its inputs: the layer does nothing in this mode (Dropout or
-    # random augmentation in inference), so its time is the harness's, not work.
-    inactive: bool = False
     # Who produced each flat input ("input:<name>" or a call's name): training needs it to
     # know which inputs' gradients a real backward computes.
     sources: list[str] = field(default_factory=list)
@@ -161,7 +154,7 @@ class _Recorder:
             LayerCall(
                 name=name,
                 op=op,
-                layer_type=type(op).__name__,
+                type=type(op).__name__,
                 category=categorize(type(op)),
                 params=params,
                 args=args,

@@ -17,7 +17,7 @@ from tbs.cluster.discovery import NodeGroup, connect, node_groups
 from tbs.cluster.node import profile_here
 from tbs.profiles.profile import load_profile
 from tbs.profiles.store import ProfileStore, finalize
-from tbs.schema import CellKey, ProfileStatus
+from tbs.schema import CellKey, Metadata, ProfileStatus
 
 if TYPE_CHECKING:
     from tbs.run import RunOptions
@@ -54,23 +54,24 @@ class Collector:
         self.store.add_cell(local._replace(device=label), dict(row, device=label, host=group),
                             [dict(s, device=label) for s in samples], [dict(a, device=label) for a in analysis])
 
-    def metadata(self, group: str, meta: dict[str, Any]) -> None:
-        m = self.store.metadata
+    def metadata(self, group: str, node_metadata: dict[str, Any]) -> None:
+        """A node's metadata merged into the cluster profile's: its devices, fits and environment named by group."""
+        m, meta = self.store.metadata, Metadata.from_dict(node_metadata)
         for key in ("model", "inputs", "input_source", "seed", "mode", "batch_sizes", "layers", "graph",
                     "training", "timing", "xla", "backend", "tbs_profile_version", "tbs_version"):
-            if key in meta and not m.get(key):
-                m[key] = meta[key]
+            if key in node_metadata and not m.get(key):
+                m[key] = node_metadata[key]
         devices = [d for d in m.get("devices", []) if not str(d.get("name", "")).startswith(f"{group}/")]
-        m["devices"] = devices + [dict(d, name=_label(group, d["name"]), host=group) for d in meta.get("devices", [])]
+        m["devices"] = devices + [dict(d, name=_label(group, d["name"]), host=group) for d in meta.devices]
         for key in PER_GROUP:
-            for name, value in (meta.get(key) or {}).items():
+            for name, value in getattr(meta, key).items():
                 m.setdefault(key, {})[_label(group, name.split("@")[0]) + name[len(name.split("@")[0]):]] = value
-        for pair, fit in (meta.get("transfers") or {}).items():  # copies between the devices of one node
+        for pair, fit in meta.transfers.items():  # copies between the devices of one node
             src, _, dst = pair.partition("->")
             m.setdefault("transfers", {})[f"{_label(group, src)}->{_label(group, dst)}"] = fit
         envs = [e for e in m.get("environments", []) if e.get("group") != group]
-        m["environments"] = envs + [{"group": group, **{k: meta.get(k) for k in ("host", "versions", "settings",
-                                                                                  "node_id")}}]
+        m["environments"] = envs + [{"group": group, **{k: meta.recorded(k) for k in ("host", "versions",
+                                                                                              "settings", "node_id")}}]
         self.store.update_metadata()
 
     def drain(self, queue: Any) -> None:
@@ -168,14 +169,14 @@ def _add_links(ray: Any, groups: list[NodeGroup], store: ProfileStore) -> None:
     from tbs.cluster.links import links
 
     by_group: dict[str, list[str]] = {}
-    for device in store.metadata.get("devices", []):
+    for device in store.meta.devices:
         by_group.setdefault(str(device["name"]).split("/", 1)[0], []).append(str(device["name"]))
     try:
         found = links(ray, groups, by_group)
     except Exception as exc:  # a node left between: the profile stands, a split across machines is refused
         store.update_metadata(cluster_links=f"not measured: {str(exc).strip().splitlines()[0][:200]}")
         return
-    transfers = dict(store.metadata.get("transfers") or {})
+    transfers = dict(store.meta.transfers)
     transfers.update(found)
     store.update_metadata(transfers=transfers, cluster_links="object store (ray.get of a remote buffer)")
 

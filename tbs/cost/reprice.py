@@ -88,7 +88,7 @@ def reprice(profile: Profile, usd_per_hour: Mapping[str, float], spot: Mapping[s
         frame["cost_per_sample_usd"] = usd_for_seconds(frame["per_sample_s"], frame["usd_per_hour"])
         return frame
 
-    table = dict(profile.metadata.get("prices_usd_per_hour") or {})
+    table = dict(profile.meta.prices_usd_per_hour)
     table.update(usd_per_hour)
     metadata = dict(profile.metadata, prices_usd_per_hour=table, spot_discount=dict(spot))
     return replace(profile, metadata=metadata, summary=apply(profile.summary), model=apply(profile.model),

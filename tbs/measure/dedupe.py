@@ -32,7 +32,7 @@ def call_signature(call: LayerCall | None, device: str, mode: str, extra: Hashab
     config.pop("name", None)
     scalars = sorted((k, v) for k, v in call.kwargs.items() if isinstance(v, (bool, int, float, str, type(None))))
     dtypes = [dtype_name(x) for x in iter_tensors((call.args, call.kwargs))]
-    return (device, mode, call.layer_type, repr(sorted(config.items())), repr(call.input_shapes), repr(dtypes),
+    return (device, mode, call.type, repr(sorted(config.items())), repr(call.input_shapes), repr(dtypes),
             repr(call.output_shapes), repr(sorted(call.kwargs)), repr(scalars), bool(call.inactive), extra)
 
 

@@ -30,7 +30,7 @@ from tbs.measure.rows import Cell
 from tbs.measure.inference import InferenceCells
 from tbs.measure.train_cells import TrainingCells, gradient_plan, memory_chunks, structure as training_structure
 from tbs.measure.request import CellSink, ProfileRequest, Progress
-from tbs.schema import LOSS_LAYER, MEASURED, MODEL_LAYER, CellKey, Status
+from tbs.schema import LOSS_LAYER, MEASURED, MODEL_LAYER, CellKey, LayerRecord, Status
 from tbs.backends.tensors import tensor_bytes
 from tbs.measure.timing import Interleaved, Interrupted, Measurement, Runner, Timer
 
@@ -140,14 +140,8 @@ class Profiler:
 
     def _record_structure(self, captured: Capture, batch: int) -> None:
         meta = self.store.metadata
-        if not meta.get("layers"):
-            meta["layers"] = [
-                {"name": c.name, "type": c.layer_type, "category": c.category, "params": c.params,
-                 "input_shapes": c.input_shapes, "output_shapes": c.output_shapes,
-                 "input_bytes": c.input_bytes, "output_bytes": c.output_bytes, "batch_size": batch,
-                 "inactive": c.inactive}
-                for c in captured.calls
-            ]
+        if not self.store.meta.layers:
+            self.store.set_layers([call.replace(batch_size=batch) for call in captured.calls])
         graph = meta.setdefault("graph", {})
         if str(batch) not in graph:
             graph[str(batch)] = (self._training_structure(captured) if self.request.training
@@ -155,44 +149,44 @@ class Profiler:
         self.store.update_metadata()
 
     def _training_structure(self, captured: Capture) -> list[dict[str, Any]]:
-        """Add what training needs to the layer list (trainable, input gradients, the loss's entry); edges with ``grad``."""
-        layers, edges = training_structure(captured, gradient_plan(captured.calls), self.request.training_setup)
-        meta = self.store.metadata
-        for entry in meta["layers"]:
-            entry.update(layers.pop(entry["name"], {}))
-        meta["layers"].extend(layers.values())  # the loss, once
+        """Add what training needs to the layer records (trainable, input gradients, the loss's entry); edges with ``grad``."""
+        changes, loss, edges = training_structure(captured, gradient_plan(captured.calls), self.request.training_setup)
+        records = [r.replace(**changes.get(r.name, {})) for r in self.store.layers]
+        if loss.name not in {r.name for r in records}:
+            records.append(loss)
+        self.store.set_layers(records)
         return edges
 
     def _record_skipped(self, cells: TrainingCells) -> None:
         """Mark the layers the compiled step does not run (and add the activations timed apart) in the metadata."""
-        layers = self.store.metadata.get("layers", [])
-        names = [entry["name"] for entry in layers]
+        records = self.store.layers
+        names = [r.name for r in records]
         changed = False
         for skip in cells.skipped.values():
             if skip.call.name not in names:
                 continue
-            if skip.whole_layer and layers[names.index(skip.call.name)].get("in_step") is not False:
-                layers[names.index(skip.call.name)]["in_step"] = False
+            at = names.index(skip.call.name)
+            if skip.whole_layer and records[at].in_step is not False:
+                records[at] = records[at].replace(in_step=False)
                 changed = True
             elif not skip.whole_layer and skip.row_name not in names:
-                at = names.index(skip.call.name) + 1
-                layers.insert(at, {"name": skip.row_name, "type": skip.activation_name, "category": "other",
-                                   "params": 0, "trainable": False, "grad_inputs": [False], "in_step": False,
-                                   "part_of": skip.call.name})
-                names.insert(at, skip.row_name)
+                records.insert(at + 1, LayerRecord(name=skip.row_name, type=skip.activation_name, category="other",
+                                                   trainable=False, grad_inputs=[False], in_step=False,
+                                                   part_of=skip.call.name))
+                names.insert(at + 1, skip.row_name)
                 changed = True
         if changed:
-            self.store.update_metadata()
+            self.store.set_layers(records)
 
     def _failed_cells(self, device: Device, batch: int, exc: BaseException) -> None:
         """The forward pass itself failed: every cell of this (batch, device) gets the reason."""
         status, reason = (Status.OOM if rows.is_oom(exc) else Status.ERROR).value, rows.reason(exc)
-        for layer in self.store.metadata.get("layers", []):
-            key = CellKey.of("layer", layer["name"], device.name, batch, self.request.mode)
+        for layer in self.store.layers:
+            key = CellKey.of("layer", layer.name, device.name, batch, self.request.mode)
             if not self.store.is_done(key):
-                row = dict(self._base_row(device, batch), layer=layer["name"], layer_type=layer["type"],
-                           category=layer["category"], status=status, reason=reason)
-                self._save(key, row, [], f"{layer['name']} failed")
+                row = dict(self._base_row(device, batch), layer=layer.name, layer_type=layer.type,
+                           category=layer.category, status=status, reason=reason)
+                self._save(key, row, [], f"{layer.name} failed")
         key = CellKey.of("model", MODEL_LAYER, device.name, batch, self.request.mode)
         if not self.store.is_done(key):
             self._save(key, dict(self._base_row(device, batch), status=status, reason=reason), [], "model failed")
@@ -250,14 +244,14 @@ class Profiler:
         if first is not None and r.analysis:
             self.store.update_metadata(calibration=calibrate_devices(
                 r.devices, model_dtypes(first[0].calls), self.timer, self._harness,
-                self.store.metadata.get("calibration", {}), self.progress.describe))
+                self.store.meta.calibration, self.progress.describe))
         self.progress.start(self.eta.remaining_seconds)
         for batch in batches:
             for device in r.devices:
                 self._run_cell_group(device, batch, first if (device is r.devices[0] and batch == batches[0]) else None)
                 first = None
                 gc.collect()
-        searched = any(c.get("tries") for c in (self.store.metadata.get("capacity") or {}).values())
+        searched = any(c.get("tries") for c in self.store.meta.capacity.values())
         if self.saved and ("capacity" not in self.store.metadata or (r.capacity and not searched)):
             # Fitted from every finished cell, a resumed run's earlier ones included.
             rows_so_far = list(getattr(self.store, "resumed_rows", [])) + self.saved
@@ -268,8 +262,7 @@ class Profiler:
 
     def _run_cell_group(self, device: Device, batch: int, captured: tuple | None) -> None:
         r = self.request
-        keys = [CellKey.of("layer", layer["name"], device.name, batch, r.mode)
-                for layer in self.store.metadata.get("layers", [])]
+        keys = [CellKey.of("layer", layer.name, device.name, batch, r.mode) for layer in self.store.layers]
         model_key = CellKey.of("model", MODEL_LAYER, device.name, batch, r.mode)
         if keys and all(self.store.is_done(k) for k in keys + [model_key]):
             return
@@ -306,7 +299,7 @@ class Profiler:
         for call in cap.calls:
             key = CellKey.of("layer", call.name, device.name, batch, r.mode)
             if not self.store.is_done(key):
-                base = dict(self._base_row(device, batch), layer=call.name, layer_type=call.layer_type,
+                base = dict(self._base_row(device, batch), layer=call.name, layer_type=call.type,
                             category=call.category)
                 pending[key] = cells.layer(call, f"{call.name} on {device.name} @ batch {batch}", base)
         if isinstance(cells, TrainingCells):

@@ -35,7 +35,7 @@ class SkippedActivation:
     @property
     def activation_name(self) -> str:
         if self.whole_layer:
-            return self.call.layer_type
+            return self.call.type
         return str(getattr(self.call.op.activation, "__name__", "activation"))
 
     @property

@@ -33,7 +33,7 @@ from tbs.measure.inference import invoker
 from tbs.measure.skipped import SkippedActivation, skipped_activations, without_activation
 from tbs.measure.stats import Summary
 from tbs.measure.timing import Measurement, Runner
-from tbs.schema import LOSS_LAYER, Phase, Status
+from tbs.schema import LOSS_LAYER, LayerRecord, Phase, Status
 
 FORWARD, BACKWARD, FORWARD_BACKWARD = Phase.FORWARD.value, Phase.BACKWARD.value, Phase.FORWARD_BACKWARD.value
 UPDATE, STEP = Phase.UPDATE.value, Phase.STEP.value
@@ -73,12 +73,13 @@ def variable_owners(calls: list[LayerCall]) -> tuple[dict[str, list[bool]], dict
     return owned, weights_of
 
 
-def structure(cap: Capture, plan: dict[str, list[bool]], setup: TrainingSetup) -> tuple[dict[str, dict], list[dict]]:
-    """Per layer: trainable, grad_inputs and (a shared layer's later calls) ``weights_of``; the loss's own entry;
-    the graph's edges with ``grad``, loss edges added."""
+def structure(cap: Capture, plan: dict[str, list[bool]],
+              setup: TrainingSetup) -> tuple[dict[str, dict[str, Any]], LayerRecord, list[dict]]:
+    """What training adds to each layer's record (trainable, grad_inputs and, for a shared layer's later
+    calls, ``weights_of``); the loss's own record; the graph's edges with ``grad``, loss edges added."""
     _, weights_of = variable_owners(cap.calls)
-    layers = {c.name: {"trainable": is_trainable(c.op), "grad_inputs": plan[c.name],
-                       **({"weights_of": weights_of[c.name]} if c.name in weights_of else {})} for c in cap.calls}
+    changes = {c.name: {"trainable": is_trainable(c.op), "grad_inputs": plan[c.name],
+                        **({"weights_of": weights_of[c.name]} if c.name in weights_of else {})} for c in cap.calls}
     flows = {(c.name, src) for c in cap.calls for src, wanted in zip(c.sources, plan[c.name]) if wanted}
     edges = []
     for edge in cap.edges:
@@ -86,9 +87,8 @@ def structure(cap: Capture, plan: dict[str, list[bool]], setup: TrainingSetup) -
         edges.append(entry)
         if edge.dst == "output":
             edges.append(dict(vars(edge), dst=LOSS_LAYER, grad=edge.dtype in FLOAT_DTYPES))
-    layers[LOSS_LAYER] = {"name": LOSS_LAYER, "type": setup.loss_name, "category": "loss", "params": 0,
-                          "trainable": False, "grad_inputs": []}
-    return layers, edges
+    loss = LayerRecord(name=LOSS_LAYER, type=setup.loss_name, category="loss", trainable=False, grad_inputs=[])
+    return changes, loss, edges
 
 
 def _interval(parts: list[Summary]) -> dict[str, float]:

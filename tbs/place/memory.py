@@ -65,10 +65,10 @@ class MemoryLimits:
 
 def _device_memory(profile: Profile) -> dict[str, float | None]:
     limits: dict[str, float | None] = {}
-    for device in profile.metadata.get("devices", []):
+    for device in profile.meta.devices:
         value = device.get("memory_bytes")
         limits[str(device.get("name"))] = float(value) if is_number(value) else None
-    for name, device in ((profile.metadata.get("prediction") or {}).get("devices") or {}).items():
+    for name, device in (profile.meta.prediction.get("devices") or {}).items():
         value = device.get("memory_bytes")
         limits[name] = float(value) if is_number(value) else None
     return limits
@@ -78,11 +78,11 @@ def limits_for(profile: Profile, rows: pd.DataFrame, batch: int) -> MemoryLimits
     """Sizes at ``batch`` (``rows``: the summary rows at that batch) and each device's memory."""
     weights: dict[str, float] = {}
     activations: dict[str, float] = {}
-    for layer in profile.metadata.get("layers", []):
-        name, captured = str(layer["name"]), layer.get("batch_size") or batch
-        weights[name] = float(layer.get("params") or 0) * BYTES_PER_PARAM
+    for layer in profile.layers:
+        captured = layer.batch_size or batch
+        weights[layer.name] = float(layer.params or 0) * BYTES_PER_PARAM
         scale = batch / float(captured) if captured else 1.0
-        activations[name] = (float(layer.get("input_bytes") or 0) + float(layer.get("output_bytes") or 0)) * scale
+        activations[layer.name] = (float(layer.input_bytes or 0) + float(layer.output_bytes or 0)) * scale
     if profile.mode == "training" and "weight_bytes" in rows:
         for name, group in rows.groupby("layer"):
             w = pd.to_numeric(group["weight_bytes"], errors="coerce").max()

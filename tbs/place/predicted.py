@@ -59,9 +59,9 @@ def with_predictions(profile: Profile, time_column: str = "median_s") -> tuple[P
     summary = pd.concat([profile.summary, layers[[c for c in layers.columns if c in profile.summary.columns]]],
                         ignore_index=True)
     metadata = dict(profile.metadata)
-    host = metadata.get("host_device") or next(
+    host = profile.meta.host_device or next(
         (d for d, k in zip(profile.summary["device"], profile.summary["device_kind"]) if k == "cpu"), None)
-    transfers = dict(metadata.get("transfers") or {})
+    transfers = dict(profile.meta.transfers)
     if host is not None:
         metadata["host_device"] = host
         for name in names:

@@ -79,9 +79,9 @@ def gather(profile: Profile, batch_size: int | None) -> Inputs:
     if batch not in batches:
         raise TbsError(f"batch size {batch} (--batch) is not in this profile: it has {', '.join(map(str, batches))}")
     rows = summary[summary["batch_size"] == batch]
-    entries = profile.metadata.get("layers", [])
-    layers = [l["name"] for l in entries if l.get("in_step") is not False]  # what the compiled step never runs: no node
-    skipped = [l["name"] for l in entries if l.get("in_step") is False]
+    records = profile.layers
+    layers = [l.name for l in records if l.in_step is not False]  # what the compiled step never runs: no node
+    skipped = [l.name for l in records if l.in_step is False]
     if profile.mode == "training" and LOSS_LAYER not in layers and (rows["layer"] == LOSS_LAYER).any():
         layers.append(LOSS_LAYER)  # the loss is placed like a layer
     devices = sorted(rows["device"].unique())
@@ -96,17 +96,17 @@ def gather(profile: Profile, batch_size: int | None) -> Inputs:
             reason = r["reason"] if isinstance(r["reason"], str) and r["reason"] else "no time"
             why_not[(r["layer"], r["device"])] = f"{r['status']}: {reason}"
     kinds = dict(zip(rows["device"], rows["device_kind"]))
-    prices = profile.metadata.get("prices_usd_per_hour") or {}
+    prices = profile.meta.prices_usd_per_hour
     usd = {d: (float(p) if is_number(p) else None) for d, p in
            rows.groupby("device")["usd_per_hour"].first().items()} if "usd_per_hour" in rows else {}
-    predicted = set(profile.metadata.get("predicted_devices") or [])
+    predicted = set(profile.meta.predicted_devices)
     for d in devices:
         if usd.get(d) is None:  # a predicted device takes no price from the kind of a measured one
             usd[d] = lookup(prices, d, None if d in predicted else kinds.get(d, ""))
-    host = profile.metadata.get("host_device") or next((d for d in devices if kinds.get(d) == "cpu"), devices[0])
-    edges = (profile.metadata.get("graph") or {}).get(str(batch), [])
+    host = profile.meta.host_device or next((d for d in devices if kinds.get(d) == "cpu"), devices[0])
+    edges = profile.meta.graph.get(str(batch), [])
     tensors = graph_tensors(bypass(edges, skipped), layers, profile.mode)
-    fits = {k: TransferFit(v["alpha_s"], v["beta_s_per_byte"]) for k, v in (profile.metadata.get("transfers") or {}).items()}
+    fits = {k: TransferFit(v["alpha_s"], v["beta_s_per_byte"]) for k, v in profile.meta.transfers.items()}
     memory = limits_for(profile, rows, batch)
     for l in layers:
         for d in devices:

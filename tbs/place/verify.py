@@ -198,7 +198,7 @@ def _models_on(profile: Profile, devices: dict[str, Device], custom_objects: dic
             raise TbsError(f"model: {type(model).__name__} is not a keras.Model; pass the model you profiled")
         source = ModelSource.of(model)  # pickled once for every device's copy
         return {name: load_model_object(source, scope=d.scope).model for name, d in devices.items()}
-    recorded = profile.metadata.get("model", {}).get("path")
+    recorded = profile.meta.model.get("path")
     if not recorded:
         raise TbsError("--verify replays the profiled model, and this profile was measured on an in-memory model: "
                        "pass it again (tbs.verify(p, rec, model=model)), or save it and profile the file")
@@ -211,7 +211,7 @@ def _models_on(profile: Profile, devices: dict[str, Device], custom_objects: dic
 
 def _batch_of_inputs(profile: Profile, specs: list[Any], batch: int, arrays: Any) -> list[Any]:
     """The profile's inputs at ``batch``: synthetic with its seed, its --input file, or the arrays given."""
-    source = str(profile.metadata.get("input_source", ""))
+    source = str(profile.meta.input_source or "")
     if source.startswith(ARRAYS_INPUT):
         if arrays is None:
             raise TbsError("--verify needs the profile's input data: it was measured on in-memory arrays; "
@@ -219,15 +219,15 @@ def _batch_of_inputs(profile: Profile, specs: list[Any], batch: int, arrays: Any
         user = check_input_arrays(arrays, specs, "the input arrays")
     else:
         user = None if source.startswith(SYNTHETIC_INPUT) else load_user_input(Path(source), specs)
-    return batch_arrays(specs, batch, int(profile.metadata.get("seed", 0)), user)
+    return batch_arrays(specs, batch, int(profile.meta.seed or 0), user)
 
 
 def _split_training(profile: Profile, reference: Capture, batch: int, devices: dict[str, Device],
                     custom_objects: dict[str, Any]) -> SplitTraining:
-    setup = TrainingSetup.from_metadata(profile.metadata.get("training") or {}, custom_objects)
+    setup = TrainingSetup.from_metadata(profile.meta.training, custom_objects)
     outputs = iter_tensors(reference.outputs)
-    host = devices[profile.metadata.get("host_device") or next(iter(devices))]
-    targets = setup.targets(outputs, batch, int(profile.metadata.get("seed", 0)))
+    host = devices[profile.meta.host_device or next(iter(devices))]
+    targets = setup.targets(outputs, batch, int(profile.meta.seed or 0))
     return SplitTraining(setup, gradient_plan(reference.calls), targets, host, devices)
 
 
@@ -235,7 +235,7 @@ def verify_recommendation(profile: Profile, rec: Recommendation, custom_objects:
                           safe_mode: bool = True, model: Any = None, arrays: Any = None) -> Verification:
     """Run the recommended placement and the single devices for real; predicted against measured."""
     backends.choose(profile.backend)  # the profile's backend, before Keras is imported
-    if profile.metadata.get("merged_from"):
+    if profile.meta.merged_from:
         raise TbsError("--verify runs one machine's profile; pass a single profile directory")
     found, needed = _devices_for(profile, rec)
     host = found[rec.inputs.host]
@@ -255,7 +255,7 @@ def verify_recommendation(profile: Profile, rec: Recommendation, custom_objects:
     candidates = [("recommended", rec.chosen.placement, rec.chosen.seconds_per_batch)]
     candidates += [(e.name, e.placement, e.seconds_per_batch) for e in rec.single_devices]
     fields = TimingConfig.__dataclass_fields__
-    config = TimingConfig(**{k: v for k, v in (profile.metadata.get("timing") or {}).items() if k in fields})
+    config = TimingConfig(**{k: v for k, v in profile.meta.timing.items() if k in fields})
     # The loss the profile recorded may be a function of the user's (--custom-objects, or the model's compile()).
     objects = dict(custom_objects or {}, **dict(compile_objects(model) if model is not None else ()))
     trainer = _split_training(profile, captures[host.name], batch, found, objects) if training else None

@@ -23,7 +23,7 @@ __all__ = ["predict", "load_catalog", "CatalogDevice"]
 
 def choose_source(profile: Profile, target: CatalogDevice, source: str | None) -> str:
     """The measured device a prediction scales from: the one asked for, else one of the target's kind, else a CPU."""
-    calibrated = [d for d in profile.devices if d in (profile.metadata.get("calibration") or {})]
+    calibrated = [d for d in profile.devices if d in profile.meta.calibration]
     if source is not None:
         if source not in profile.devices:
             raise TbsError(f"--from: '{source}' was not measured in this profile; choose from {', '.join(profile.devices)}")
@@ -31,7 +31,7 @@ def choose_source(profile: Profile, target: CatalogDevice, source: str | None) -
     if not calibrated:
         raise TbsError("this profile has no device calibration (profiled with --no-analysis, or before tbs 0.4): "
                        "run tbs profile without --no-analysis to predict from it")
-    kinds = {d["name"]: d.get("kind") for d in profile.metadata.get("devices", [])}
+    kinds = {d["name"]: d.get("kind") for d in profile.meta.devices}
     return next((d for d in calibrated if kinds.get(d) == target.kind), None) or \
         next((d for d in calibrated if kinds.get(d) == "cpu"), calibrated[0])
 

@@ -17,11 +17,12 @@ import numpy as np
 import pandas as pd
 
 from tbs.predictions.catalog import CatalogDevice
+from tbs.predictions.predictor import not_predicted
 from tbs.predictions.gpu_model import GpuModel, GpuSpec, band_factors, frame_of, predict_frame
 from tbs.predictions.work import MATMUL_CATEGORIES, MEMORY, RECURRENT, Work, work_of
 from tbs.profiles.profile import Profile
 from tbs.profiles.roofline import bound_of
-from tbs.schema import MODEL_LAYER, USABLE
+from tbs.schema import MODEL_LAYER, USABLE, LayerRecord
 from tbs.units import is_number
 
 METHOD = "GPU model (published measurements)"
@@ -64,13 +65,12 @@ def gpu_rows(profile: Profile, target: CatalogDevice, source_device: str, model:
     """Predicted layer and whole-model rows for a GPU ``target`` from the work of ``source_device``'s rows."""
     spec = gpu_spec(target)
     if spec is None:
-        return [dict(base, target="layer", layer="",
-                     reason=f"not predicted: the catalog lacks {target.id}'s SM count, FP32 peak or bandwidth")]
+        return not_predicted(profile, base, f"the catalog lacks {target.id}'s SM count, FP32 peak or bandwidth")
     summary = profile.summary
     rows = summary[(summary["device"] == source_device) & summary["status"].isin(USABLE)].copy()
     for column in ("flops", "bytes_accessed"):
         rows[column] = pd.to_numeric(rows[column], errors="coerce")
-    layers = {str(layer.get("name")): layer for layer in profile.layers}
+    layers = {layer.name: layer for layer in profile.layers}
     training = profile.mode == "training"
     precision = precision_of(target, dtype)
     out = []
@@ -80,16 +80,17 @@ def gpu_rows(profile: Profile, target: CatalogDevice, source_device: str, model:
     return out + _model_rows(out, rows, base)
 
 
-def _activation_bytes(layer: dict[str, Any] | None, batch: int) -> float:
+def _activation_bytes(layer: LayerRecord | None, batch: int) -> float:
     """A layer's inputs and outputs at ``batch`` (the capture's sizes, scaled from its batch), or NaN."""
-    layer = layer or {}
-    sizes, captured = [layer.get("input_bytes"), layer.get("output_bytes")], layer.get("batch_size")
+    if layer is None:
+        return float("nan")
+    sizes, captured = [layer.input_bytes, layer.output_bytes], layer.batch_size
     if not all(is_number(v) for v in (*sizes, captured)) or not captured:
         return float("nan")
     return float(sum(sizes)) * batch / float(captured)
 
 
-def _layer_row(row: pd.Series, layer: dict[str, Any] | None, backend: str, training: bool, spec: GpuSpec,
+def _layer_row(row: pd.Series, layer: LayerRecord | None, backend: str, training: bool, spec: GpuSpec,
                precision: str, model: GpuModel, base: dict[str, Any]) -> dict[str, Any]:
     ident = dict(base, target="layer", layer=row["layer"], layer_type=row.get("layer_type", ""),
                  category=row.get("category", ""), batch_size=int(row["batch_size"]), mode=row["mode"],
@@ -97,7 +98,7 @@ def _layer_row(row: pd.Series, layer: dict[str, Any] | None, backend: str, train
     if str(row.get("layer_type", "")) in HOST_ONLY_TYPES:
         return dict(ident, reason="not predicted: string layers run on the host CPU even on a GPU machine "
                                   "(TensorFlow has no GPU kernels for them)", host_s=float(row["median_s"]))
-    if layer is not None and layer.get("inactive"):
+    if layer is not None and layer.inactive:
         return dict(ident, reason="not predicted: does nothing in this mode (an identity a compiled model drops)",
                     host_s=0.0)
     flops, moved = row["flops"], row["bytes_accessed"]
@@ -108,7 +109,7 @@ def _layer_row(row: pd.Series, layer: dict[str, Any] | None, backend: str, train
             moved = _activation_bytes(layer, int(row["batch_size"]))  # what the compiler could not count
     if not all(is_number(v) for v in (flops, moved)):
         return dict(ident, reason="not predicted: no compiler FLOPs/bytes for this cell on the measured device")
-    work = work_of(layer, str(row.get("category", "")), float(flops), float(moved), int(row["batch_size"]),
+    work = work_of(None if layer is None else layer.as_dict(), str(row.get("category", "")), float(flops), float(moved), int(row["batch_size"]),
                    backend, training)
     seconds = float(predict_frame(frame_of([work], [precision], [spec]), model)[0])
     low, high, note = _band(model, work)

@@ -141,6 +141,13 @@ def _usable(frame: pd.DataFrame, device: str) -> pd.DataFrame:
     return rows
 
 
+def not_predicted(profile: Profile, base: dict[str, Any], why: str) -> list[dict[str, Any]]:
+    """A device that cannot be predicted at all: one whole-model row per batch size saying why (a valid row
+    of predictions.csv, so the profile still loads and every report shows the reason)."""
+    return [dict(base, target="model", layer=MODEL_LAYER, batch_size=batch, mode=profile.mode,
+                 reason=f"not predicted: {why}") for batch in profile.batch_sizes]
+
+
 def predict_rows(profile: Profile, target: CatalogDevice, source_device: str, achievable: Mapping[str, float],
                  dtype: str = "float32", sigma: float | None = None) -> list[dict[str, Any]]:
     """Predicted rows (layers and the whole model) for one catalog device, scaled from one measured device."""
@@ -152,12 +159,12 @@ def predict_rows(profile: Profile, target: CatalogDevice, source_device: str, ac
         from tbs.predictions.reference import fitted_model
 
         return gpu_rows(profile, target, source_device, fitted_model(), base, dtype)
-    calibration = (profile.metadata.get("calibration") or {}).get(source_device)
+    calibration = profile.meta.calibration.get(source_device)
     src, dst = source_ceilings(calibration, dtype), target_ceilings(target, achievable, dtype)
     if src is None or dst is None:
         why = (f"{source_device} has no calibration in this profile" if src is None
                else f"the catalog lacks {target.id}'s peak FLOP/s or bandwidth")
-        return [dict(base, target="layer", layer="", reason=f"not predicted: {why}")]
+        return not_predicted(profile, base, why)
     layers = _usable(profile.summary, source_device)
     spread = scaling_spread(layers.dropna(subset=["flops", "bytes_accessed", "median_s"]), src)
     if sigma is None:
@@ -244,9 +251,9 @@ def fitted_achievable(profile: Profile, catalog: Mapping[str, CatalogDevice]) ->
     h100). Without one, the defaults, and the method says so.
     """
     fractions: dict[str, list[float]] = {"flops": [], "bandwidth": []}
-    for device in profile.metadata.get("devices", []):
+    for device in profile.meta.devices:
         match = catalog_match(str(device.get("description", "")), str(device.get("kind", "")), catalog)
-        flops, bandwidth = ceilings((profile.metadata.get("calibration") or {}).get(device.get("name")))
+        flops, bandwidth = ceilings(profile.meta.calibration.get(device.get("name")))
         if match is None:
             continue
         if flops and match.matmul_peak():

@@ -26,25 +26,25 @@ from tbs.schema import SYNTHETIC_INPUT, ProfileStatus
 
 
 def _signature(profile: Profile) -> list[tuple]:
-    return [(l["name"], l["type"]) for l in profile.metadata.get("layers", [])]
+    return [(l.name, l.type) for l in profile.layers]
 
 
 def _check_model(profiles: list[Profile]) -> None:
     """One model only: the same file, or at least the same layers (a re-saved file)."""
     first = profiles[0]
     for other in profiles[1:]:
-        same_file = first.metadata.get("model", {}).get("sha256") == other.metadata.get("model", {}).get("sha256")
+        same_file = first.meta.model.get("sha256") == other.meta.model.get("sha256")
         if not same_file and _signature(first) != _signature(other):
             raise ProfileError(
-                f"'{other.directory}' profiles model '{other.metadata.get('model', {}).get('name')}', "
-                f"'{first.directory}' profiles '{first.metadata.get('model', {}).get('name')}': "
+                f"'{other.directory}' profiles model '{other.meta.model.get('name')}', "
+                f"'{first.directory}' profiles '{first.meta.model.get('name')}': "
                 f"a report merges profiles of one model only"
             )
 
 
 def _trained_with(profile: Profile, part: str) -> str | None:
     """The loss's or the optimizer's name in a training profile (None where not recorded)."""
-    entry = (profile.metadata.get("training") or {}).get(part)
+    entry = profile.meta.training.get(part)
     return entry.get("name") if isinstance(entry, dict) else None
 
 
@@ -54,7 +54,7 @@ def _check_settings(profiles: list[Profile]) -> None:
     for other in profiles[1:]:
         pairs = [("mode", first.mode, other.mode)]
         if first.backend == other.backend:  # across backends the compiler differs by nature
-            pairs.append(("xla", first.metadata.get("xla"), other.metadata.get("xla")))
+            pairs.append(("xla", first.meta.xla, other.meta.xla))
         if first.mode == other.mode == "training":  # an update's cost is the optimizer's, a loss row the loss's
             pairs += [(part, _trained_with(first, part), _trained_with(other, part)) for part in ("optimizer", "loss")]
         for setting, mine, theirs in pairs:
@@ -67,7 +67,7 @@ def _check_settings(profiles: list[Profile]) -> None:
 
 def _input_kind(profile: Profile) -> str | None:
     """'synthetic' or 'your data' (paths and seeds may differ between machines); None if not recorded."""
-    source = profile.metadata.get("input_source")
+    source = profile.meta.input_source
     if not source:
         return None
     return "synthetic inputs" if str(source).startswith(SYNTHETIC_INPUT) else "user data"
@@ -80,8 +80,8 @@ def _check_input_source(profiles: list[Profile]) -> None:
         mine, theirs = _input_kind(first), _input_kind(other)
         if mine is not None and theirs is not None and mine != theirs:
             raise ProfileError(
-                f"'{other.directory}' was measured on {theirs} (input_source {other.metadata['input_source']!r}) and "
-                f"'{first.directory}' on {mine} ({first.metadata['input_source']!r}): their numbers do not compare; "
+                f"'{other.directory}' was measured on {theirs} (input_source {other.meta.input_source!r}) and "
+                f"'{first.directory}' on {mine} ({first.meta.input_source!r}): their numbers do not compare; "
                 f"merge profiles whose input_source is of one kind (all with --input, or all without)"
             )
 
@@ -113,7 +113,7 @@ def _check_distinct(profiles: list[Profile]) -> None:
 def _merged_status(profiles: list[Profile]) -> str:
     """The first input's status that is not complete ('interrupted', ...), else complete."""
     for p in profiles:
-        status = p.metadata.get("status")
+        status = p.meta.status
         if status is not None and status != ProfileStatus.COMPLETE:
             return str(status)
     return ProfileStatus.COMPLETE.value
@@ -182,15 +182,15 @@ def merge_profiles(profiles: list[Profile]) -> Profile:
                 frame[column] = [label(p, d) for d in frame[column]]
             frames[name].append(frame)
         for key, found in per_device.items():
-            found.update({label(p, d): v for d, v in (p.metadata.get(key) or {}).items()})
-        devices += [dict(d, name=label(p, d["name"]), host=p.hostname) for d in p.metadata.get("devices", [])]
-        for kind, reason in p.metadata.get("devices_missing", {}).items():
+            found.update({label(p, d): v for d, v in getattr(p.meta, key).items()})
+        devices += [dict(d, name=label(p, d["name"]), host=p.hostname) for d in p.meta.devices]
+        for kind, reason in p.meta.devices_missing.items():
             missing[label(p, kind)] = reason
-        environments.append({k: p.metadata.get(k) for k in ("host", "versions", "settings", "command", "started",
+        environments.append({k: p.meta.recorded(k) for k in ("host", "versions", "settings", "command", "started",
                                                               "backend", "status")})
     metadata = dict(first.metadata, **per_device, devices=devices, devices_missing=missing, environments=environments,
                     merged_from=[str(p.directory) for p in profiles], status=_merged_status(profiles),
-                    batch_sizes=sorted({b for p in profiles for b in p.metadata.get("batch_sizes", [])}))
+                    batch_sizes=sorted({b for p in profiles for b in p.meta.batch_sizes}))
     return Profile(directory=first.directory, metadata=metadata,
                    **{name: pd.concat([f for f in parts if len(f)] or parts[:1], ignore_index=True)
                       for name, parts in frames.items()})

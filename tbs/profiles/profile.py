@@ -21,8 +21,8 @@ from tbs.profiles.csvfiles import read_table
 from tbs.profiles.files import set_aside, write_csv_atomic, write_json_atomic
 from tbs.profiles.roofline import with_roofline
 from tbs.schema import (ANALYSIS_COLUMNS, DEFAULT_BACKEND, FORMAT_VERSION, MODEL_COLUMNS, PREDICTION_COLUMNS,
-                        READABLE_VERSIONS, SAMPLE_COLUMNS, SUMMARY_COLUMNS, TRANSFER_COLUMNS, ProfileMetadata,
-                        ProfileStatus)
+                        READABLE_VERSIONS, SAMPLE_COLUMNS, SUMMARY_COLUMNS, TRANSFER_COLUMNS, LayerRecord,
+                        Metadata, ProfileStatus, check_declared)
 
 FILES = {"summary": SUMMARY_COLUMNS, "model": MODEL_COLUMNS, "samples": SAMPLE_COLUMNS, "transfers": TRANSFER_COLUMNS,
          "analysis": ANALYSIS_COLUMNS, "predictions": PREDICTION_COLUMNS}
@@ -41,7 +41,7 @@ class Profile:
     """
 
     directory: Path
-    metadata: ProfileMetadata
+    metadata: dict[str, Any]  # metadata.json as read; every stage reads it typed, through ``meta``
     summary: pd.DataFrame
     model: pd.DataFrame
     samples: pd.DataFrame
@@ -51,37 +51,47 @@ class Profile:
 
     @property
     def complete(self) -> bool:
-        return self.metadata.get("status") == ProfileStatus.COMPLETE
+        return self.meta.status == ProfileStatus.COMPLETE
 
     @property
     def name(self) -> str:
-        return str(self.metadata.get("model", {}).get("name", self.directory.name))
+        return str(self.meta.model.get("name", self.directory.name))
+
+    @property
+    def meta(self) -> Metadata:
+        """The metadata, typed (tbs.schema.Metadata): how every stage reads it."""
+        return Metadata.from_dict(self.metadata)
 
     @property
     def backend(self) -> str:
         """The Keras backend it was measured on (profiles that predate the field ran on the default)."""
-        return str(self.metadata.get("backend") or DEFAULT_BACKEND)
+        return str(self.meta.backend or DEFAULT_BACKEND)
 
     @property
     def mode(self) -> str:
-        return str(self.metadata.get("mode") or "inference")
+        return str(self.meta.mode or "inference")
 
     @property
     def hostname(self) -> str:
         """The machine it was measured on: merged reports name devices by it."""
-        return str(self.metadata.get("host", {}).get("hostname", "host"))
+        return str(self.meta.host.get("hostname", "host"))
 
     @property
-    def layers(self) -> list[dict[str, Any]]:
-        return list(self.metadata.get("layers", []))
+    def layers(self) -> list[LayerRecord]:
+        """Every leaf layer call, in call order, typed."""
+        return [LayerRecord.from_dict(entry) for entry in self.meta.layers]
+
+    @property
+    def layer_names(self) -> list[str]:
+        return [str(entry["name"]) for entry in self.meta.layers]
 
     @property
     def batch_sizes(self) -> list[int]:
-        return sorted({int(b) for b in self.metadata.get("batch_sizes", [])})
+        return sorted({int(b) for b in self.meta.batch_sizes})
 
     @property
     def devices(self) -> list[str]:
-        return [str(d["name"]) for d in self.metadata.get("devices", [])]
+        return [str(d["name"]) for d in self.meta.devices]
 
     def save(self, directory: str | os.PathLike[str]) -> Path:
         """Write this profile as a profile directory (any tbs command can read it back).
@@ -103,6 +113,7 @@ class Profile:
         for name, columns in FILES.items():
             frame = getattr(self, name)
             write_csv_atomic(frame[[c for c in columns if c in frame.columns]], target / f"{name}.csv", fix)
+        check_declared(self.metadata)
         write_json_atomic(target / "metadata.json", dict(self.metadata), fix)
         report = self.directory / "report.html"
         if report.is_file() and report.resolve() != (target / "report.html").resolve():
@@ -117,13 +128,14 @@ class Profile:
         fix = (f"copy the profile to a writable directory (cp -r {self.directory} DIR) "
                f"and predict there")
         write_csv_atomic(self.predictions[PREDICTION_COLUMNS], self.directory / "predictions.csv", fix)
+        check_declared(self.metadata)
         write_json_atomic(self.directory / "metadata.json", dict(self.metadata), fix)
         return self.directory / "predictions.csv"
 
     def __repr__(self) -> str:
         return (f"<tbs.Profile {self.name}: {len(self.layers)} layers, devices {', '.join(self.devices) or '-'}, "
                 f"batch {', '.join(map(str, self.batch_sizes)) or '-'}, {len(self.summary)} cells, "
-                f"{self.metadata.get('status', '?')} ({self.directory})>")
+                f"{self.meta.status or '?'} ({self.directory})>")
 
     def _repr_html_(self) -> str:
         """A compact table in Jupyter: the whole model per device and batch, not every cell."""
@@ -135,7 +147,7 @@ class Profile:
         table = model[columns].to_html(index=False, na_rep="", float_format=lambda v: f"{v:.3g}",
                                        max_rows=20, border=0)
         return (f"<div><b>tbs profile of {escape(self.name)}</b> — {len(self.layers)} layers, "
-                f"{len(self.summary)} layer cells, {escape(str(self.metadata.get('status', '?')))}, "
+                f"{len(self.summary)} layer cells, {escape(str(self.meta.status or '?'))}, "
                 f"{escape(self.mode)} on {escape(self.backend)}<br>{table}"
                 f"<small>Per-layer rows: <code>.summary</code>; raw samples: <code>.samples</code>; "
                 f"<code>tbs.render(p, \"html\")</code> for the full report.</small></div>")
@@ -143,9 +155,10 @@ class Profile:
 
 def check_version(metadata: dict[str, Any], where: Path) -> None:
     """Refuse a profile whose format this tbs cannot read, naming the tbs that wrote it."""
-    version = metadata.get("tbs_profile_version", 1)
+    meta = Metadata.from_dict(metadata)
+    version = meta.tbs_profile_version or 1
     if version not in READABLE_VERSIONS:
-        writer = metadata.get("tbs_version") or "an unknown tbs version"
+        writer = meta.tbs_version or "an unknown tbs version"
         raise ProfileError(
             f"'{where}' is profile format {version}, written by tbs {writer}; this tbs reads formats "
             f"{', '.join(map(str, READABLE_VERSIONS))} (up to {FORMAT_VERSION}): upgrade tbs, or re-run tbs profile"
@@ -168,7 +181,7 @@ def load_profile(directory: str | os.PathLike[str]) -> Profile:
     # A cell interrupted after its analysis was written is measured again on --resume: keep the last.
     frames["analysis"] = frames["analysis"].drop_duplicates(
         subset=["target", "layer", "device", "batch_size", "mode", "phase"], keep="last").reset_index(drop=True)
-    calibration = metadata.get("calibration")
+    calibration = Metadata.from_dict(metadata).calibration
     frames["summary"] = with_roofline(frames["summary"], calibration)[[c for c in SUMMARY_COLUMNS]]
     frames["model"] = with_roofline(frames["model"], calibration)[[c for c in MODEL_COLUMNS]]
     return Profile(directory=directory, metadata=metadata, **frames)
@@ -196,9 +209,9 @@ def with_layer_sums(summary: pd.DataFrame, model: pd.DataFrame) -> pd.DataFrame:
     return model[[c for c in MODEL_COLUMNS if c in model.columns]]
 
 
-def in_layer_order(summary: pd.DataFrame, layers: list[dict[str, Any]]) -> pd.DataFrame:
+def in_layer_order(summary: pd.DataFrame, names: list[str]) -> pd.DataFrame:
     """Rows by batch size, device, then the model's layer order (cells finish in any order)."""
-    rank = {layer["name"]: i for i, layer in enumerate(layers)}
+    rank = {name: i for i, name in enumerate(names)}
     order = summary["layer"].map(lambda name: rank.get(name, len(rank)))
     return (summary.assign(_order=order).sort_values(["batch_size", "device", "_order"], kind="stable")
             .drop(columns="_order").reset_index(drop=True))

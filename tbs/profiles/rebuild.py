@@ -17,7 +17,7 @@ import pandas as pd
 from tbs.errors import ProfileError
 from tbs.measure.transfers import fit_line, pair_key
 from tbs.profiles.csvfiles import read_table
-from tbs.schema import MODEL_COLUMNS, SUMMARY_COLUMNS, TRANSFER_COLUMNS
+from tbs.schema import MODEL_COLUMNS, SUMMARY_COLUMNS, TRANSFER_COLUMNS, Metadata
 
 
 def rebuilt_metadata(directory: Path, metadata: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -26,17 +26,17 @@ def rebuilt_metadata(directory: Path, metadata: dict[str, Any]) -> tuple[dict[st
     model = read_table(directory / "model.csv", "model", MODEL_COLUMNS)
     rows = pd.concat([summary[["device", "device_kind", "batch_size", "mode"]],
                       model[["device", "device_kind", "batch_size", "mode"]]], ignore_index=True)
-    modes = sorted(set(rows["mode"].dropna()))
-    if modes and modes != [metadata.get("mode")]:
+    modes, run = sorted(set(rows["mode"].dropna())), Metadata.from_dict(metadata)
+    if modes and modes != [run.mode]:
         raise ProfileError(f"--resume: the rows in '{directory}' were measured in {' and '.join(modes)} mode, this run "
-                           f"measures {metadata.get('mode')}: use --out DIR for a new profile")
+                           f"measures {run.mode}: use --out DIR for a new profile")
     new = dict(metadata)
-    new["batch_sizes"] = sorted({int(b) for b in rows["batch_size"]} | {int(b) for b in metadata.get("batch_sizes", [])})
-    known = {d["name"] for d in new.get("devices", [])}
+    new["batch_sizes"] = sorted({int(b) for b in rows["batch_size"]} | {int(b) for b in run.batch_sizes})
+    known = {d["name"] for d in run.devices}
     measured_elsewhere = rows[~rows["device"].isin(known)].drop_duplicates("device")
-    new["devices"] = list(new.get("devices", [])) + [
+    new["devices"] = list(run.devices) + [
         {"name": r.device, "kind": r.device_kind, "description": "(named by the measured rows only)",
-         "memory_bytes": None, "backend": metadata.get("backend")} for r in measured_elsewhere.itertuples()]
+         "memory_bytes": None, "backend": run.backend} for r in measured_elsewhere.itertuples()]
     transfers = read_table(directory / "transfers.csv", "transfers", TRANSFER_COLUMNS)
     if len(transfers):  # refit the copy costs rather than measure them again beside the old samples
         new["transfers"] = {pair_key(src, dst): fit_line(list(g["bytes"]), list(g["seconds"])).as_dict()

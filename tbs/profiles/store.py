@@ -30,7 +30,8 @@ from tbs.profiles.csvfiles import drop_cut_tail
 from tbs.profiles.files import Reserve, append_rows, set_aside, write_csv_atomic, write_json_atomic
 from tbs.profiles.profile import FILES, PROFILE_FILE_NAMES, Profile, in_layer_order, load_profile, with_layer_sums
 from tbs.profiles.rebuild import rebuilt_metadata
-from tbs.schema import FAILED, MEASUREMENT_SETTINGS, MODEL_LAYER, CellKey, ProfileStatus
+from tbs.schema import (FAILED, MEASUREMENT_SETTINGS, MODEL_LAYER, CellKey, LayerRecord, Metadata, ProfileStatus,
+                        check_declared)
 
 try:
     import fcntl as _fcntl
@@ -119,7 +120,13 @@ class ProfileStore:
     def _has_rows(self) -> bool:
         return any(self.paths[name].is_file() and self.paths[name].stat().st_size for name in ("summary", "model"))
 
+    @property
+    def meta(self) -> Metadata:
+        """The metadata written so far, typed."""
+        return Metadata.from_dict(self.metadata)
+
     def _write_metadata(self) -> None:
+        check_declared(self.metadata)
         size = write_json_atomic(self.paths["metadata"], self.metadata, self.fix)
         self.reserve.hold(size, self.fix)  # room to mark the profile interrupted if the disk fills
 
@@ -160,8 +167,8 @@ class ProfileStore:
     def resume(self, metadata: dict[str, Any]) -> int:
         """Reopen an unfinished profile of the same model; returns the number of finished cells."""
         old = load_profile(self.directory)  # refuses a damaged row before anything is changed
-        old_sha = old.metadata.get("model", {}).get("sha256")
-        new_sha = metadata.get("model", {}).get("sha256")
+        old_sha = old.meta.model.get("sha256")
+        new_sha = Metadata.from_dict(metadata).model.get("sha256")
         if old_sha and new_sha and old_sha != new_sha:
             raise ProfileError(
                 f"--resume: '{self.directory}' holds a profile of a different model file; use --out for a new directory"
@@ -204,7 +211,7 @@ class ProfileStore:
             structure = old.metadata.get(key) or metadata.get(key)
             if structure:
                 merged[key] = structure
-        merged["resumed"] = int(old.metadata.get("resumed", 0)) + 1
+        merged["resumed"] = int(old.meta.resumed or 0) + 1
         merged["status"] = ProfileStatus.RUNNING.value
         merged.pop("error", None)
         self.metadata = merged
@@ -237,6 +244,15 @@ class ProfileStore:
     def update_metadata(self, **values: Any) -> None:
         self.metadata.update(values)
         self._write_metadata()
+
+    @property
+    def layers(self) -> list[LayerRecord]:
+        """The layer records written so far, in call order."""
+        return [LayerRecord.from_dict(entry) for entry in self.meta.layers]
+
+    def set_layers(self, records: list[LayerRecord]) -> None:
+        """Write the layer records (the metadata's only writer of "layers")."""
+        self.update_metadata(layers=[r.as_dict() for r in records])
 
     def finish(self, status: ProfileStatus | str) -> None:
         self.update_metadata(status=str(status))
@@ -271,7 +287,7 @@ def finalize(store: ProfileStore) -> Profile:
     """
     profile = load_profile(store.directory)
     if not profile.summary.empty:
-        profile.summary = in_layer_order(profile.summary, profile.metadata.get("layers", []))
+        profile.summary = in_layer_order(profile.summary, profile.layer_names)
         write_csv_atomic(profile.summary, store.paths["summary"], store.fix)
     if not profile.model.empty:
         profile.model = with_layer_sums(profile.summary, profile.model)

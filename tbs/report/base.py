@@ -37,7 +37,7 @@ def render(profile: Profile | None, fmt: str = "text", recommendation: Recommend
             raise TbsError("render needs a profile (or a recommendation, as text or json)")
         return console.recommendation_text(rec) if fmt == "text" else json.render(None, rec)
     if dataset_size is None:  # the dataset size given to tbs profile --samples, if any
-        recorded = profile.metadata.get("samples")
+        recorded = profile.meta.samples
         dataset_size = int(recorded) if is_number(recorded) and float(recorded) >= 1 else None
     if compare is not None:
         if fmt == "predicted":

@@ -128,7 +128,7 @@ def render_html(p: Pair, dataset_size: int | None = None) -> str:
         parts.append(f'<h1 id="{prefix}report" class="view">{mode}: {esc(profile.directory)}</h1>'
                      f'<nav>{links}</nav>{_prefixed(content, prefix)}')
         nav.append((f"{prefix}report", f"{mode} report"))
-    name = p.training.metadata.get("model", {}).get("name", "")
+    name = p.training.meta.model.get("name", "")
     return html.page(f"tbs report: {name}, inference and training", nav, "\n".join(parts))
 
 

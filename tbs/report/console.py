@@ -22,19 +22,19 @@ NOT_IN_STEP_MEANING = ("not run by the compiled train step: the loss reads the l
 
 def inactive_layers(profile: Profile) -> list[str]:
     """Layers that only pass their input through in the measured mode (older profiles: none)."""
-    return [layer["name"] for layer in profile.metadata.get("layers", []) if layer.get("inactive")]
+    return [layer.name for layer in profile.layers if layer.inactive]
 
 
 def not_in_step(profile: Profile) -> list[str]:
     """Rows a training profile times but the compiled train step never runs (left out of Σ)."""
-    return [layer["name"] for layer in profile.metadata.get("layers", []) if layer.get("in_step") is False]
+    return [layer.name for layer in profile.layers if layer.in_step is False]
 
 
 def training_command(profile: Profile) -> str | None:
     """The command that measures this model in training, where inactive layers do their work."""
     if profile.mode != "inference":
         return None
-    path = profile.metadata.get("model", {}).get("path") or "MODEL"
+    path = profile.meta.model.get("path") or "MODEL"
     out = f" --out {profile.directory}-training" if profile.directory.name else ""
     return f"tbs profile {path} --training{out}"
 
@@ -73,7 +73,7 @@ def batch_table(profile: Profile, batch_size: int) -> str:
     summary = profile.summary[profile.summary["batch_size"] == batch_size]
     devices = sorted(summary["device"].unique()) if not summary.empty else []
     priced = summary["cost_per_sample_usd"].map(is_number).any() if not summary.empty else False
-    order = [layer["name"] for layer in profile.metadata.get("layers", [])]
+    order = profile.layer_names
     inactive, skipped = set(inactive_layers(profile)), set(not_in_step(profile))
     rows = []
     for layer in order:
@@ -151,7 +151,7 @@ def phase_table(profile: Profile, batch_size: int) -> str:
     summary = profile.summary[profile.summary["batch_size"] == batch_size]
     devices = sorted(summary["device"].unique())
     rows = []
-    for layer in [l["name"] for l in profile.metadata.get("layers", [])]:
+    for layer in profile.layer_names:
         cells = summary[summary["layer"] == layer]
         if cells.empty:
             continue
@@ -221,7 +221,7 @@ def capacity_line(device: str, found: Mapping[str, Any]) -> str:
 
 def capacity_lines(profile: Profile) -> list[str]:
     """A line per device with something to say (an estimate or a search); none for a device without sizes."""
-    return [capacity_line(d, f) for d, f in (profile.metadata.get("capacity") or {}).items()
+    return [capacity_line(d, f) for d, f in profile.meta.capacity.items()
             if f.get("estimated_batch") is not None or f.get("tries")]
 
 

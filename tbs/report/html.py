@@ -42,7 +42,7 @@ def _inactive_note(data: ReportData) -> str:
 # ----- sections ---------------------------------------------------------------------------------
 
 def section_summary(data: ReportData) -> str:
-    meta = data.profile.metadata
+    meta = data.profile.meta
     model = data.model
     lines = []
     sums, ratio = (("Σ layers + loss / sample", "Σ / whole step") if data.training
@@ -74,11 +74,11 @@ def section_summary(data: ReportData) -> str:
         best.append(f"<li>batch {batch}: fastest single device <b>{_esc(fast['label'])}</b>; "
                     f"cheapest <b>{_esc(cheap['label'] if data.priced_devices else 'no prices given')}</b></li>")
     devices = "".join(f"<li><b>{_esc(d.get('name'))}</b> ({_esc(d.get('kind'))}): {_esc(d.get('description'))}</li>"
-                      for d in meta.get("devices", []))
+                      for d in meta.devices)
     return f"""
 <h2 id="summary">Summary</h2>
-<p>Model <b>{_esc(meta.get('model', {}).get('name'))}</b> ({_esc(meta.get('model', {}).get('class'))},
-{len(data.layers)} layers, {_esc(meta.get('model', {}).get('params'))} parameters), {_esc(meta.get('mode'))} mode,
+<p>Model <b>{_esc(meta.model.get('name'))}</b> ({_esc(meta.model.get('class'))},
+{len(data.layers)} layers, {_esc(meta.model.get('params'))} parameters), {_esc(meta.mode)} mode,
 batch sizes {', '.join(map(str, data.batches))}.</p>
 <ul>{devices}</ul>
 <ul>{''.join(best)}</ul>
@@ -285,13 +285,13 @@ def section_cells(data: ReportData) -> str:
 
 
 def section_not_measured(data: ReportData) -> str:
-    meta = data.profile.metadata
-    missing = "".join(f"<li>{_esc(k)}: {_esc(v)}</li>" for k, v in meta.get("devices_missing", {}).items())
+    meta = data.profile.meta
+    missing = "".join(f"<li>{_esc(k)}: {_esc(v)}</li>" for k, v in meta.devices_missing.items())
     s = data.profile.summary
     failed = s[s["status"].isin(NOT_MEASURED)] if len(s) else s
     rows = "".join(f"<li>{_esc(r['layer'])} on {_esc(r['device'])} @ batch {r['batch_size']}: "
                    f"<b>{_esc(r['status'])}</b> {_esc(r['reason'])}</li>" for _, r in failed.iterrows())
-    status = meta.get("status")
+    status = meta.status
     unfinished = (f"<p><b>This profile is {status}</b>: finish it with tbs profile … --resume.</p>"
                   if status not in (None, ProfileStatus.COMPLETE.value) else "")
     return (f'<h2 id="missing">Not measured</h2>{unfinished}<ul>{missing or "<li>No device kind missing.</li>"}</ul>'
@@ -299,11 +299,11 @@ def section_not_measured(data: ReportData) -> str:
 
 
 def section_environment(data: ReportData) -> str:
-    meta = data.profile.metadata
-    envs = meta.get("environments") or [{k: meta.get(k) for k in ("host", "versions", "settings", "command",
-                                                                     "started", "backend")}]
-    prices = {"USD per hour": meta.get("prices_usd_per_hour"), "spot discount": meta.get("spot_discount"),
-              "sources": meta.get("price_sources")}
+    meta = data.profile.meta
+    envs = meta.environments or [{k: meta.recorded(k) for k in ("host", "versions", "settings", "command",
+                                                                "started", "backend")}]
+    prices = {"USD per hour": meta.recorded("prices_usd_per_hour"), "spot discount": meta.recorded("spot_discount"),
+              "sources": meta.recorded("price_sources")}
     blocks = "".join(f"<pre>{_esc(json.dumps(e, indent=2, default=str))}</pre>" for e in envs)
     return (f'<h2 id="environment">Environment</h2>{blocks}<h3>Prices</h3>'
             f'<pre>{_esc(json.dumps(prices, indent=2, default=str))}</pre>')
@@ -397,4 +397,4 @@ def render(profile: Profile, dataset_size: int | None = None,
            recommendation: Recommendation | str | None = None) -> str:
     """The self-contained HTML page; ``recommendation`` is a solved placement, or why there is none."""
     content, nav = body(ReportData(profile, dataset_size, recommendation))
-    return page(f"tbs report: {profile.metadata.get('model', {}).get('name', '')}", nav, content)
+    return page(f"tbs report: {profile.meta.model.get('name', '')}", nav, content)

@@ -17,25 +17,23 @@ def _records(frame: Any) -> list[dict[str, Any]]:
 
 def profile_dict(profile: Profile) -> dict[str, Any]:
     model = with_layer_sums(profile.summary, profile.model)
+    meta = profile.meta
     training = {}
     if profile.mode == "training":  # what was trained, and the whole step against Σ phases + loss
-        training = {"training": profile.metadata.get("training"),
+        training = {"training": meta.recorded("training"),
                     "step_check": _records(step_check(profile.summary, model, LOSS_LAYER))}
     return {
         "mode": profile.mode,
         **training,
-        "model": profile.metadata.get("model"),
-        "devices": profile.metadata.get("devices"),
-        "devices_missing": profile.metadata.get("devices_missing"),
-        "prices_usd_per_hour": profile.metadata.get("prices_usd_per_hour"),
+        **{name: meta.recorded(name) for name in ("model", "devices", "devices_missing", "prices_usd_per_hour")},
         "layers": _records(profile.summary),
         "model_rows": _records(model),
         "fastest": _records(winners(profile.summary, "time")),
         "cheapest": _records(winners(profile.summary, "cost")),
-        "calibration": profile.metadata.get("calibration"),
-        "capacity": profile.metadata.get("capacity"),
+        "calibration": meta.recorded("calibration"),
+        "capacity": meta.recorded("capacity"),
         # Cells for devices not measured: apart from "layers" and never ranked with them.
-        **({"predicted": _records(profile.predictions), "prediction": profile.metadata.get("prediction")}
+        **({"predicted": _records(profile.predictions), "prediction": meta.recorded("prediction")}
            if len(profile.predictions) else {}),
     }
 

@@ -22,7 +22,7 @@ def _per_batch(data: ReportData) -> pd.DataFrame:
     if model.empty or "memory_bytes" not in model:
         return pd.DataFrame()
     peaks: dict[tuple[str, int], float] = {}
-    for device, found in (data.profile.metadata.get("capacity") or {}).items():
+    for device, found in data.profile.meta.capacity.items():
         for attempt in found.get("tries", []):
             if attempt.get("ok") and is_number(attempt.get("peak_bytes")):
                 peaks[(device, int(attempt["batch_size"]))] = float(attempt["peak_bytes"])
@@ -56,7 +56,7 @@ def section_memory(data: ReportData) -> str:
     per_batch = _per_batch(data)
     if len(per_batch):
         parts.append(table(per_batch))
-    capacity = data.profile.metadata.get("capacity") or {}
+    capacity = data.profile.meta.capacity
     if not capacity:
         parts.append('<p class="note">No memory fit in this profile: no compiled memory figures (tbs profile '
                      '--no-analysis, or a profile from before tbs 0.4).</p>')

@@ -43,7 +43,7 @@ class ReportData:
 
     @cached_property
     def layers(self) -> list[str]:
-        return [l["name"] for l in self.profile.metadata.get("layers", [])]
+        return self.profile.layer_names
 
     @cached_property
     def devices(self) -> list[str]:

@@ -149,7 +149,7 @@ def section_predicted(data: ReportData) -> str:
     reasons = pd.Series([r if isinstance(r, str) else "" for r in p["reason"]], index=p.index)
     missing = reasons.str.startswith(NOT_PREDICTED) | numbers(p, "median_s").isna()
     done, missing = p[~missing], p[missing]
-    meta = data.profile.metadata.get("prediction") or {}
+    meta = data.profile.meta.prediction
     fractions = meta.get("achievable_fraction") or {}
     achievable = ", ".join(f"{float(v):.0%} of peak {ACHIEVABLE_NAMES.get(k, k)}"
                            for k, v in fractions.items() if is_number(v))

@@ -139,7 +139,7 @@ def section_roofline(data: ReportData) -> str:
     if s.empty or numbers(s, "arithmetic_intensity").isna().all():
         return head + ('<p class="note">No compiler analysis (FLOPs, bytes) in this profile: profile it again '
                        'with this tbs to see where each layer stands against its device\'s ceilings.</p>')
-    calibration = data.profile.metadata.get("calibration") or {}
+    calibration = data.profile.meta.calibration
     parts = [head, '<p class="note">One point per measured layer cell: across, FLOPs per byte the compiler says '
              'it moves; up, the FLOP/s it achieved. The lines are the ceilings measured on the device itself '
              '(a streaming copy and a float32 matmul). Fraction of roofline = the time the ceilings allow / the '

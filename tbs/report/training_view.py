@@ -20,8 +20,8 @@ from tbs.units import PER_MILLION, format_bytes, format_seconds, format_usd, is_
 
 def samples_per_epoch(data: ReportData) -> int | None:
     """N, the samples in one epoch: ``--samples``, else what the profile recorded; None when unknown."""
-    meta = data.profile.metadata
-    n = data.dataset_size or meta.get("samples") or (meta.get("training") or {}).get("samples_per_epoch")
+    meta = data.profile.meta
+    n = data.dataset_size or meta.samples or meta.training.get("samples_per_epoch")
     return int(n) if is_number(n) and n else None
 
 
@@ -38,7 +38,7 @@ def _what(entry: object) -> str:
 
 def section_training(data: ReportData) -> str:
     """What one training row means, and what was trained with what."""
-    meta = data.profile.metadata.get("training") or {}
+    meta = data.profile.meta.training
     optimizer = meta.get("optimizer") or {}
     config = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                        for k, v in (optimizer.get("config") or {}).items() if v is not None and k != "name")
