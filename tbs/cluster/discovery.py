@@ -3,7 +3,7 @@
 Nodes are told apart by what changes a measurement: the CPU model and count, the GPUs (count and
 Ray's ``accelerator_type:*`` resource), TPUs, custom resources and user labels. A small task pinned
 to each node (hard node affinity) reads its CPU model and host name there; nothing is installed
-at run time, so each node must already have tbs and its frameworks (the README says how).
+at run time, so each node must already have tbs and its frameworks (docs/clusters.md says how).
 """
 
 from __future__ import annotations
