@@ -40,6 +40,11 @@ class Work:
     input_gemm: tuple[int, int, int] | None = None  # recurrent: the inputs' projection, all steps at once
     fused: bool = True  # recurrent: one fused kernel (cuDNN) or a loop of kernels per step
     winograd: bool = False  # a 3x3 stride-1 convolution: cuDNN may run it with Winograd's fewer multiplies
+    window: int = 1  # conv: the kernel's area (K = window x input channels)
+    stride: int = 1  # conv: its gradient of the input spans the input's positions, stride^2 x the output's
+    # Tensor cores need input channels in multiples of 8: a half-precision convolution of 3-channel images runs on
+    # the CUDA cores at the single-precision rate instead.
+    tensor_core_aligned: bool = True
     phase: str = "forward"  # forward: one GEMM; backward: its two gradient GEMMs (dX, dW); training: all three
 
     def describe(self) -> str:
@@ -70,15 +75,23 @@ def _implicit_gemm(kind: str, flops: float, moved: float, batch: int, out_shape:
     return Work(kind, flops, moved, m=m, n=n, k=k)
 
 
-def _winograd(layer: Mapping[str, Any] | None, out_shape: list[Any], k: int) -> bool:
-    """A 2D convolution with a 3x3 kernel (K = 9 x input channels) whose output keeps the input's size (stride 1)."""
+def _conv_geometry(layer: Mapping[str, Any] | None, out_shape: list[Any], k: int) -> dict[str, Any]:
+    """A 2D convolution's kernel area, stride, Winograd eligibility (3x3, stride 1) and channel alignment.
+
+    The input channels come from the layer's input shape (K = kernel area x channels); the stride is the one
+    that maps the input's height to the output's, with 'same' or 'valid' padding.
+    """
     shapes = (layer or {}).get("input_shapes") or []
     if not shapes or len(shapes[0]) != 4 or len(out_shape) != 4:
-        return False
-    channels, height = shapes[0][-1], shapes[0][1]
-    if not all(isinstance(v, int) and v > 0 for v in (channels, height, out_shape[1])):
-        return False
-    return k == 9 * channels and out_shape[1] >= height - 2
+        return {}
+    channels, height, out_height = shapes[0][-1], shapes[0][1], out_shape[1]
+    if not all(isinstance(v, int) and v > 0 for v in (channels, height, out_height)):
+        return {}
+    window = k // channels if k % channels == 0 else k  # else a depthwise/grouped kernel: its window alone
+    side = max(1, round(math.sqrt(window)))
+    stride = next((s for s in range(1, 9) if out_height in (-(-height // s), (height - side) // s + 1)), 1)
+    return {"window": window, "stride": stride, "winograd": window == 9 and stride == 1,
+            "tensor_core_aligned": channels % 8 == 0}
 
 
 def _recurrent(layer: Mapping[str, Any], flops: float, moved: float, batch: int, backend: str) -> Work | None:
@@ -121,8 +134,8 @@ def work_of(layer: Mapping[str, Any] | None, category: str, flops: float, moved:
         phase = "training" if training else "forward"
         if len(out_shape) >= 2:
             work = _implicit_gemm(kind, flops, moved, batch, list(out_shape), share)
-            return Work(work.kind, work.flops, work.bytes, m=work.m, n=work.n, k=work.k, phase=phase,
-                        winograd=kind == CONV and _winograd(layer, list(out_shape), work.k))
+            geometry = _conv_geometry(layer, list(out_shape), work.k) if kind == CONV else {}
+            return Work(work.kind, work.flops, work.bytes, m=work.m, n=work.n, k=work.k, phase=phase, **geometry)
         side = max(1, round((flops / share / 2.0) ** (1.0 / 3.0)))  # shapes unknown: a cube of the same FLOPs
         return Work(kind, flops, moved, m=side, n=side, k=side, phase=phase)
     return Work(MEMORY, flops, moved)
