@@ -11,7 +11,7 @@ what was measured on it. Per held-out GPU and layer kind:
 - the cross-device ratio: for a shape measured on the held-out GPU and another GPU, predicted
   ratio against measured ratio (median |log| error, and how often the faster GPU is named right).
 
-    python benchmarks/predict_gpu.py --out benchmarks/predict_gpu.md     # ~1 min
+    python benchmarks/predict_gpu.py --out benchmarks/predict_gpu.md     # ~2-3 min
 """
 
 from __future__ import annotations

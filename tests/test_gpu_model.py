@@ -14,6 +14,7 @@ from tbs.predictions.catalog import load_catalog
 from tbs.predictions.gpu_model import GpuModel, GpuSpec, fit, frame_of, predict_frame
 from tbs.predictions.gpu_predict import gpu_spec, precision_of
 from tbs.predictions.work import CONV, GEMM, MEMORY, RECURRENT, Work, work_of
+from tbs.schema import LayerRecord
 from tbs.profiles.profile import Profile
 from tbs.schema import MODEL_COLUMNS, PREDICTION_COLUMNS, SAMPLE_COLUMNS, SUMMARY_COLUMNS
 
@@ -51,20 +52,67 @@ def test_one_tile_more_than_the_sms_hold_costs_another_wave():
 
 
 def test_a_layer_becomes_the_gemm_its_library_runs():
-    dense = {"name": "d", "type": "Dense", "input_shapes": [[None, 256]], "output_shapes": [[None, 128]]}
+    dense = LayerRecord(name="d", type="Dense", category="dense", input_shapes=[[None, 256]], output_shapes=[[None, 128]])
     work = work_of(dense, "dense", 2.0 * 32 * 256 * 128, 1e5, 32, "tensorflow")
     assert (work.kind, work.m, work.n, work.k) == (GEMM, 32, 128, 256)
-    conv = {"name": "c", "type": "Conv2D", "input_shapes": [[None, 90, 90, 16]], "output_shapes": [[None, 90, 90, 32]]}
+    conv = LayerRecord(name="c", type="Conv2D", category="conv", input_shapes=[[None, 90, 90, 16]],
+                       output_shapes=[[None, 90, 90, 32]])
     work = work_of(conv, "conv", 2.0 * 8 * 90 * 90 * 32 * 3 * 3 * 16, 1e6, 8, "tensorflow")
     assert (work.kind, work.m, work.n, work.k) == (CONV, 8 * 90 * 90, 32, 3 * 3 * 16)
     training = work_of(dense, "dense", 3 * 2.0 * 32 * 256 * 128, 1e5, 32, "tensorflow", training=True)
     assert (training.k, training.phase) == (256, "training")  # forward, dX and dW: three GEMMs of one size
-    lstm = {"name": "l", "type": "LSTM", "input_shapes": [[None, 300, 64]], "output_shapes": [[None, 128]]}
+    lstm = LayerRecord(name="l", type="LSTM", category="rnn", input_shapes=[[None, 300, 64]], output_shapes=[[None, 128]])
     on_tf = work_of(lstm, "rnn", 1e9, 1e6, 16, "tensorflow")
     assert (on_tf.kind, on_tf.steps, on_tf.m, on_tf.n, on_tf.k, on_tf.fused) == (RECURRENT, 300, 16, 512, 128, True)
     assert on_tf.input_gemm == (16 * 300, 512, 64)
     assert not work_of(lstm, "rnn", 1e9, 1e6, 16, "jax").fused  # JAX runs an RNN as a loop of kernels
     assert work_of(None, "pooling", 1e6, 1e6, 8, "tensorflow").kind == MEMORY
+
+
+def conv(m: int, n: int, k: int, window: int = 9, stride: int = 1, **more) -> Work:
+    return Work(CONV, 2.0 * m * n * k, 4.0 * (m * k + k * n + m * n), m=m, n=n, k=k, window=window, stride=stride,
+                **more)
+
+
+def test_a_convolution_runs_cudnn_tiles_without_split_k():
+    spec = GpuSpec("toy", 20, {"fp32": 5e12}, 2e11)
+    model = GpuModel(launch_s=0.0)
+    few_positions = conv(25, 219, 9 * 806)  # a 5x5 output: one row of tiles, each through all of K
+    as_gemm = Work(GEMM, few_positions.flops, few_positions.bytes, m=25, n=219, k=9 * 806)
+    assert seconds(few_positions, spec, model=model) > 4 * seconds(as_gemm, spec, model=model)  # a GEMM splits K
+    grad_w = replace(few_positions, phase="backward_weight")  # the weights' gradient reduces over positions: split
+    assert seconds(grad_w, spec, model=model) < seconds(few_positions, spec, model=model) / 4
+
+
+def test_a_convolutions_gradient_of_its_input_spans_the_input():
+    spec = GpuSpec("toy", 40, {"fp32": 8e12}, 3e11)
+    model = GpuModel(launch_s=0.0)
+    strided = seconds(conv(8 * 56 * 56, 256, 256, window=1, stride=2, phase="backward_data"), spec, model=model)
+    assert strided > 3 * seconds(conv(8 * 56 * 56, 256, 256, window=1, phase="backward_data"), spec, model=model)
+    one_channel = conv(16 * 48 * 480, 32, 9, phase="backward_data")  # dX has 1 column (channel): tiles mostly idle
+    assert seconds(one_channel, spec, model=model) > 5 * seconds(replace(one_channel, phase="forward"), spec, model=model)
+
+
+def test_half_precision_needs_channels_in_eights_and_a_pointwise_conv_is_a_gemm():
+    spec = GpuSpec("toy", 80, {"fp32": 1.5e13, "fp16": 1.2e14}, 9e13)  # bandwidth to spare: compute-bound
+    model = GpuModel(launch_s=0.0)
+    aligned = conv(8 * 56 * 56, 256, 9 * 256)
+    three_channels = replace(aligned, tensor_core_aligned=False)
+    assert seconds(three_channels, spec, "mixed", model) / seconds(aligned, spec, "mixed", model) == pytest.approx(
+        (1.2e14 * model.conv_efficiency_tensor_cores) / (1.5e13 * model.conv_efficiency_cuda_cores), rel=0.01)
+    pointwise = conv(8 * 28 * 28, 256, 256, window=1)
+    assert seconds(pointwise, spec, model=model) * model.gemm_efficiency_cuda_cores == pytest.approx(
+        seconds(replace(pointwise, window=9), spec, model=model) * model.conv_efficiency_cuda_cores, rel=1e-6)
+
+
+def test_a_convolution_layer_knows_its_window_stride_and_channels():
+    def layer(in_shape: list, out_shape: list) -> LayerRecord:
+        return LayerRecord(name="c", type="Conv2D", category="conv", input_shapes=[in_shape], output_shapes=[out_shape])
+    stem = work_of(layer([None, 224, 224, 3], [None, 112, 112, 64]), "conv", 2.0 * 8 * 112 * 112 * 64 * 147, 1e6,
+                   8, "tensorflow")
+    assert (stem.window, stem.stride, stem.winograd, stem.tensor_core_aligned) == (49, 2, False, False)
+    valid = work_of(layer([None, 32, 32, 16], [None, 30, 30, 8]), "conv", 2.0 * 30 * 30 * 8 * 144, 1e6, 1, "tensorflow")
+    assert (valid.window, valid.stride, valid.winograd, valid.tensor_core_aligned) == (9, 1, True, True)
 
 
 def test_a_recurrent_loop_pays_its_launches_every_step():

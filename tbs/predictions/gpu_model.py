@@ -30,7 +30,10 @@ import pandas as pd
 from tbs.predictions.work import CONV, GEMM, LOOP_KERNELS_PER_STEP, MEMORY, PHASE_GEMMS, RECURRENT, Work
 
 # The output tiles a GEMM library picks from (narrow ones for a GEMM with few rows or columns).
-TILES = ((128, 128), (128, 64), (64, 128), (64, 64), (64, 32), (32, 64), (32, 32), (256, 16), (16, 256))
+TILES = ((128, 128), (128, 64), (128, 32), (64, 128), (64, 64), (64, 32), (32, 64), (32, 32), (256, 16), (16, 256))
+# cuDNN's implicit-GEMM convolutions tile the output positions by 128 (or 64) and never split K: a
+# convolution with few output positions runs on few SMs, each through the whole K = kernel area x channels.
+CONV_TILES = ((128, 128), (128, 64), (128, 32), (64, 64), (64, 32))
 SPLITS = (1, 2, 4, 8, 16)  # split-K factors, each slice at least MIN_SPLIT_K deep
 MIN_SPLIT_K = 128
 REFERENCE_TILE = 128 * 128
@@ -81,9 +84,14 @@ class GpuModel:
     sustained_clock: float = 0.6  # where between base and boost clock a GPU runs long GEMMs
     l2_gain: float = 1.5  # bandwidth multiple for data that fits in L2
     winograd_gain: float = 2.0  # how much faster a 3x3 stride-1 convolution runs than its direct FLOPs say
+    # A convolution's gradients run other kernels than its forward (the weights': a reduction over every position):
+    # their rates as multiples of the forward's.
+    conv_grad_data_gain: float = 1.0
+    conv_grad_weight_gain: float = 1.0
     # A framework's own cost per op where the reference timed framework calls (PyTorch), not kernels; never
     # added to a prediction (tbs times compiled programs: the kernels).
     framework_overhead_s: float = 1e-5
+    conv_framework_overhead_s: float = 3e-5  # a framework's convolution call costs more (cuDNN plan look-up)
     # Per architecture, the median log error left after the shared constants, for compute kinds and for
     # memory-bound ones: what the datasheet does not show (e.g. Maxwell's GEMMs reach less of their peak).
     architecture_log_scale: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -106,10 +114,12 @@ def frame_of(works: Iterable[Work], precisions: Iterable[str], specs: Iterable[G
     rows = []
     for work, precision, spec in zip(works, precisions, specs):
         in_m, in_n, in_k = work.input_gemm or (0, 0, 0)
-        peak = spec.peak(PEAK_OF.get(precision, precision)) or spec.peak("fp32") or float("nan")
+        tensor_cores = precision in TENSOR_CORE_PRECISIONS and work.tensor_core_aligned
+        rate = PEAK_OF.get(precision, precision) if tensor_cores or precision not in TENSOR_CORE_PRECISIONS else "fp32"
+        peak = spec.peak(rate) or spec.peak("fp32") or float("nan")
         rows.append({**{f.name: getattr(work, f.name) for f in fields(work) if f.name != "input_gemm"},
                      "in_m": in_m, "in_n": in_n, "in_k": in_k, "precision": precision,
-                     "tensor_cores": precision in TENSOR_CORE_PRECISIONS, "sm_count": spec.sm_count,
+                     "tensor_cores": tensor_cores, "sm_count": spec.sm_count,
                      "peak_flops_per_s": peak, "bandwidth_bytes_per_s": spec.memory_bandwidth_bytes_per_s,
                      "base_clock_hz": spec.base_clock_hz or np.nan, "boost_clock_hz": spec.boost_clock_hz or np.nan,
                      "l2_bytes": spec.l2_bytes or np.nan, "architecture": spec.architecture})
@@ -123,6 +133,7 @@ def _options() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 
 TILE_M, TILE_N, SPLIT, TILE_AREA = _options()
+CONV_OPTION = np.array([(tm, tn) in CONV_TILES for tm, tn in zip(TILE_M, TILE_N)])
 
 
 def gemm_slots(m: np.ndarray, n: np.ndarray, k: np.ndarray, count: np.ndarray, sm_count: np.ndarray) -> np.ndarray:
@@ -146,8 +157,14 @@ def gemm_shapes(frame: pd.DataFrame) -> dict[str, np.ndarray]:
     steps = frame["steps"].to_numpy(dtype=float)
     in_m, in_n, in_k = (np.maximum(frame[c].to_numpy(dtype=float), 1.0) for c in ("in_m", "in_n", "in_k"))
     ones = np.ones_like(m)
-    shapes = {"forward": gemm_slots(m, n, k, count, sms), "grad_x": gemm_slots(m, k, n, count, sms),
-              "grad_w": gemm_slots(k, n, m, count, sms), "projection": gemm_slots(in_m, in_n, in_k, ones, sms),
+    conv = (frame["kind"].to_numpy() == CONV)[:, None]
+    unsplit = np.where(conv & ~(CONV_OPTION & (SPLIT == 1)), np.inf, 1.0)  # conv: its tiles, no split-K
+    conv_tiles = np.where(conv & ~CONV_OPTION, np.inf, 1.0)  # the weights' gradient reduces over positions: split
+    window, stride = (np.maximum(frame[c].to_numpy(dtype=float), 1.0) if c in frame else ones for c in ("window", "stride"))
+    # The input's gradient: every input position (stride^2 x the output's) x input channels, over window x filters.
+    grad_x = gemm_slots(m * stride ** 2, np.maximum(k / window, 1.0), window * n, count, sms)
+    shapes = {"forward": gemm_slots(m, n, k, count, sms) * unsplit, "grad_x": grad_x * unsplit,
+              "grad_w": gemm_slots(k, n, m, count, sms) * conv_tiles, "projection": gemm_slots(in_m, in_n, in_k, ones, sms),
               "projection_grad_x": gemm_slots(in_m, in_k, in_n, ones, sms),
               "projection_grad_w": gemm_slots(in_k, in_n, in_m, ones, sms),
               "steps_grad_w": gemm_slots(k, n, m * steps, ones, sms)}
@@ -159,7 +176,10 @@ def predict_frame(frame: pd.DataFrame, model: GpuModel, shapes: dict[str, np.nda
     kind = frame["kind"].to_numpy()
     tensor = frame["tensor_cores"].to_numpy(dtype=bool)
     conv = kind == CONV
-    efficiency = np.where(conv, np.where(tensor, model.conv_efficiency_tensor_cores, model.conv_efficiency_cuda_cores),
+    # A 1x1 stride-1 convolution is a plain GEMM of the activations (no gathering of windows): a GEMM's rate.
+    pointwise = (frame["window"].to_numpy() == 1) & (frame["stride"].to_numpy() == 1) if "window" in frame else False
+    efficiency = np.where(conv & ~pointwise,
+                          np.where(tensor, model.conv_efficiency_tensor_cores, model.conv_efficiency_cuda_cores),
                           np.where(tensor, model.gemm_efficiency_tensor_cores, model.gemm_efficiency_cuda_cores))
     sms = frame["sm_count"].to_numpy(dtype=float)
     base, boost = frame["base_clock_hz"].to_numpy(dtype=float), frame["boost_clock_hz"].to_numpy(dtype=float)
@@ -169,7 +189,9 @@ def predict_frame(frame: pd.DataFrame, model: GpuModel, shapes: dict[str, np.nda
     seconds = {name: gemm_seconds(slots, sm_rate, model.tile_exponent) for name, slots in shapes.items()}
     fast = np.where(frame["winograd"].to_numpy(dtype=bool) & conv, model.winograd_gain, 1.0) \
         if "winograd" in frame else 1.0
-    forward, grad_x, grad_w = seconds["forward"] / fast, seconds["grad_x"] / fast, seconds["grad_w"] / fast
+    forward = seconds["forward"] / fast
+    grad_x = seconds["grad_x"] / (fast * np.where(conv, model.conv_grad_data_gain, 1.0))
+    grad_w = seconds["grad_w"] / (fast * np.where(conv, model.conv_grad_weight_gain, 1.0))
     gemms = frame["phase"].map(PHASE_GEMMS).fillna(1).to_numpy(dtype=float)
     phase = frame["phase"].to_numpy()
     compute = np.select([phase == "backward_data", phase == "backward_weight", phase == "backward",
@@ -188,7 +210,8 @@ def predict_frame(frame: pd.DataFrame, model: GpuModel, shapes: dict[str, np.nda
     for name in ("forward", "grad_x"):
         seconds["step_" + name] = np.maximum(seconds[name] / fast, step_memory)
     recurrent = np.maximum(_recurrent_seconds(frame, phase, seconds, model), launches + memory)
-    overhead = np.where(frame["framework_overhead"].to_numpy(dtype=bool), model.framework_overhead_s, 0.0) \
+    overhead = np.where(frame["framework_overhead"].to_numpy(dtype=bool),
+                        np.where(conv, model.conv_framework_overhead_s, model.framework_overhead_s), 0.0) \
         if "framework_overhead" in frame else 0.0
     seconds = overhead + np.select([kind == MEMORY, kind == RECURRENT], [model.launch_s + memory, recurrent], matmul)
     return seconds * np.exp(_architecture_scale(frame, model) + _size_correction(frame, model))
@@ -252,7 +275,8 @@ def _recurrent_seconds(frame: pd.DataFrame, phase: np.ndarray, seconds: dict[str
 _FITTED_BY = {
     (GEMM, False): ("gemm_efficiency_cuda_cores", "tile_exponent", "launch_s", "sustained_clock"),
     (GEMM, True): ("gemm_efficiency_tensor_cores", "tile_exponent", "launch_s"),
-    (CONV, False): ("conv_efficiency_cuda_cores", "winograd_gain"),
+    (CONV, False): ("conv_efficiency_cuda_cores", "winograd_gain", "conv_framework_overhead_s", "conv_grad_data_gain",
+                    "conv_grad_weight_gain"),
     (CONV, True): ("conv_efficiency_tensor_cores",),
     (MEMORY, False): ("memory_efficiency", "launch_s", "l2_gain", "framework_overhead_s"),
     (RECURRENT, False): ("fused_step_s",),
@@ -260,7 +284,8 @@ _FITTED_BY = {
 }
 _BOUNDS = {"tile_exponent": (1e-3, 1.5), "launch_s": (5e-7, 5e-5), "fused_step_s": (1e-7, 1e-4),
            "sustained_clock": (1e-3, 1.0), "l2_gain": (1.0, 10.0), "framework_overhead_s": (1e-7, 1e-4),
-           "winograd_gain": (1.0, 4.0)}
+           "conv_framework_overhead_s": (1e-7, 2e-4),
+           "winograd_gain": (1.0, 4.0), "conv_grad_data_gain": (0.2, 5.0), "conv_grad_weight_gain": (0.2, 5.0)}
 
 
 def fit(frame: pd.DataFrame, measured_s: np.ndarray, prior: GpuModel | None = None) -> GpuModel:

@@ -17,7 +17,6 @@ import numpy as np
 import pandas as pd
 
 from tbs.predictions.catalog import CatalogDevice
-from tbs.predictions.predictor import not_predicted
 from tbs.predictions.gpu_model import GpuModel, GpuSpec, band_factors, frame_of, predict_frame
 from tbs.predictions.work import MATMUL_CATEGORIES, MEMORY, RECURRENT, Work, work_of
 from tbs.profiles.profile import Profile
@@ -58,6 +57,13 @@ def _band(model: GpuModel, work: Work) -> tuple[float, float, str]:
     low = min((b[0] for b in widest if b), default=0.5) / UNVALIDATED_WIDENING
     high = max((b[1] for b in widest if b), default=2.0) * UNVALIDATED_WIDENING
     return low, high, "; not in the reference data: band widened"
+
+
+def not_predicted(profile: Profile, base: dict[str, Any], why: str) -> list[dict[str, Any]]:
+    """A device that cannot be predicted at all: one whole-model row per batch size saying why (a valid row
+    of predictions.csv, so the profile still loads and every report shows the reason)."""
+    return [dict(base, target="model", layer=MODEL_LAYER, batch_size=batch, mode=profile.mode,
+                 reason=f"not predicted: {why}") for batch in profile.batch_sizes]
 
 
 def gpu_rows(profile: Profile, target: CatalogDevice, source_device: str, model: GpuModel,
@@ -109,7 +115,7 @@ def _layer_row(row: pd.Series, layer: LayerRecord | None, backend: str, training
             moved = _activation_bytes(layer, int(row["batch_size"]))  # what the compiler could not count
     if not all(is_number(v) for v in (flops, moved)):
         return dict(ident, reason="not predicted: no compiler FLOPs/bytes for this cell on the measured device")
-    work = work_of(None if layer is None else layer.as_dict(), str(row.get("category", "")), float(flops), float(moved), int(row["batch_size"]),
+    work = work_of(layer, str(row.get("category", "")), float(flops), float(moved), int(row["batch_size"]),
                    backend, training)
     seconds = float(predict_frame(frame_of([work], [precision], [spec]), model)[0])
     low, high, note = _band(model, work)

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from tbs.predictions.catalog import CatalogDevice
+from tbs.predictions.gpu_predict import gpu_rows, not_predicted
 from tbs.profiles.profile import Profile
 from tbs.profiles.roofline import bound_of, ceilings
 from tbs.schema import MODEL_LAYER, PREDICTED, USABLE
@@ -141,13 +142,6 @@ def _usable(frame: pd.DataFrame, device: str) -> pd.DataFrame:
     return rows
 
 
-def not_predicted(profile: Profile, base: dict[str, Any], why: str) -> list[dict[str, Any]]:
-    """A device that cannot be predicted at all: one whole-model row per batch size saying why (a valid row
-    of predictions.csv, so the profile still loads and every report shows the reason)."""
-    return [dict(base, target="model", layer=MODEL_LAYER, batch_size=batch, mode=profile.mode,
-                 reason=f"not predicted: {why}") for batch in profile.batch_sizes]
-
-
 def predict_rows(profile: Profile, target: CatalogDevice, source_device: str, achievable: Mapping[str, float],
                  dtype: str = "float32", sigma: float | None = None) -> list[dict[str, Any]]:
     """Predicted rows (layers and the whole model) for one catalog device, scaled from one measured device."""
@@ -155,7 +149,6 @@ def predict_rows(profile: Profile, target: CatalogDevice, source_device: str, ac
     base = {"device": target.id, "device_kind": target.kind, "source": PREDICTED, "predicted_from": source_device,
             "usd_per_hour": target.usd_per_hour, "price_source": target.price.get("source", "")}
     if target.kind == "gpu" and kind != "gpu":  # CPU -> GPU: the GPU model, from the work alone
-        from tbs.predictions.gpu_predict import gpu_rows
         from tbs.predictions.reference import fitted_model
 
         return gpu_rows(profile, target, source_device, fitted_model(), base, dtype)

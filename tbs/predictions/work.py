@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 from tbs.backends import fused_gpu_rnn_types
+from tbs.schema import LayerRecord
 
 GEMM, CONV, RECURRENT, MEMORY = "gemm", "conv", "recurrent", "memory"
 MATMUL_CATEGORIES = ("dense", "attention", "conv", "rnn")  # layer categories whose work is GEMMs
@@ -40,6 +41,11 @@ class Work:
     input_gemm: tuple[int, int, int] | None = None  # recurrent: the inputs' projection, all steps at once
     fused: bool = True  # recurrent: one fused kernel (cuDNN) or a loop of kernels per step
     winograd: bool = False  # a 3x3 stride-1 convolution: cuDNN may run it with Winograd's fewer multiplies
+    window: int = 1  # conv: the kernel's area (K = window x input channels)
+    stride: int = 1  # conv: its gradient of the input spans the input's positions, stride^2 x the output's
+    # Tensor cores need input channels in multiples of 8: a half-precision convolution of 3-channel images runs on
+    # the CUDA cores at the single-precision rate instead.
+    tensor_core_aligned: bool = True
     phase: str = "forward"  # forward: one GEMM; backward: its two gradient GEMMs (dX, dW); training: all three
 
     def describe(self) -> str:
@@ -70,27 +76,35 @@ def _implicit_gemm(kind: str, flops: float, moved: float, batch: int, out_shape:
     return Work(kind, flops, moved, m=m, n=n, k=k)
 
 
-def _winograd(layer: Mapping[str, Any] | None, out_shape: list[Any], k: int) -> bool:
-    """A 2D convolution with a 3x3 kernel (K = 9 x input channels) whose output keeps the input's size (stride 1)."""
-    shapes = (layer or {}).get("input_shapes") or []
+def _conv_geometry(layer: LayerRecord | None, out_shape: list[Any], k: int) -> dict[str, Any]:
+    """A 2D convolution's kernel area, stride, Winograd eligibility (3x3, stride 1) and channel alignment.
+
+    The input channels come from the layer's input shape (K = kernel area x channels); the stride is the one
+    that maps the input's height to the output's, with 'same' or 'valid' padding.
+    """
+    shapes = (layer.input_shapes if layer is not None else None) or []
     if not shapes or len(shapes[0]) != 4 or len(out_shape) != 4:
-        return False
-    channels, height = shapes[0][-1], shapes[0][1]
-    if not all(isinstance(v, int) and v > 0 for v in (channels, height, out_shape[1])):
-        return False
-    return k == 9 * channels and out_shape[1] >= height - 2
+        return {}
+    channels, height, out_height = shapes[0][-1], shapes[0][1], out_shape[1]
+    if not all(isinstance(v, int) and v > 0 for v in (channels, height, out_height)):
+        return {}
+    window = k // channels if k % channels == 0 else k  # else a depthwise/grouped kernel: its window alone
+    side = max(1, round(math.sqrt(window)))
+    stride = next((s for s in range(1, 9) if out_height in (-(-height // s), (height - side) // s + 1)), 1)
+    return {"window": window, "stride": stride, "winograd": window == 9 and stride == 1,
+            "tensor_core_aligned": channels % 8 == 0}
 
 
-def _recurrent(layer: Mapping[str, Any], flops: float, moved: float, batch: int, backend: str) -> Work | None:
-    shapes = layer.get("input_shapes") or []
-    out = (layer.get("output_shapes") or [[]])[0]
+def _recurrent(layer: LayerRecord, flops: float, moved: float, batch: int, backend: str) -> Work | None:
+    shapes = layer.input_shapes or []
+    out = (layer.output_shapes or [[]])[0]
     if not shapes or len(shapes[0]) < 3 or not out:
         return None
     steps, features = shapes[0][1], shapes[0][-1]
     units = out[-1]
     if not all(isinstance(v, int) and v > 0 for v in (steps, features, units)):
         return None
-    layer_type = str(layer.get("type", ""))
+    layer_type = str(layer.type)
     gates = next((g for name, g in GATES.items() if name in layer_type), 1)
     fused = layer_type in fused_gpu_rnn_types(backend)  # cuDNN's fused kernel, or a loop of kernels
     return Work(RECURRENT, flops, moved, m=batch, n=gates * units, k=units, steps=steps,
@@ -102,14 +116,14 @@ def _recurrent(layer: Mapping[str, Any], flops: float, moved: float, batch: int,
 PHASE_GEMMS = {"forward": 1, "backward_data": 1, "backward_weight": 1, "backward": 2, "training": 3}
 
 
-def work_of(layer: Mapping[str, Any] | None, category: str, flops: float, moved: float, batch: int,
+def work_of(layer: LayerRecord | None, category: str, flops: float, moved: float, batch: int,
             backend: str, training: bool = False) -> Work:
-    """The work of one profile row: its layer's shapes (metadata ``layers``), FLOPs and bytes.
+    """The work of one profile row: its layer's shapes (``Profile.layers``), FLOPs and bytes.
 
     A training row's FLOPs cover forward and backward: a GEMM's gradient is two GEMMs of the
     forward's size, so its forward is a third of them; the backward is priced as two GEMMs.
     """
-    out_shapes = (layer or {}).get("output_shapes") or []
+    out_shapes = (layer.output_shapes if layer is not None else None) or []
     out_shape = out_shapes[0] if out_shapes and isinstance(out_shapes[0], (list, tuple)) else []
     share = 3.0 if training else 1.0
     if category == "rnn" and layer is not None:
@@ -121,8 +135,8 @@ def work_of(layer: Mapping[str, Any] | None, category: str, flops: float, moved:
         phase = "training" if training else "forward"
         if len(out_shape) >= 2:
             work = _implicit_gemm(kind, flops, moved, batch, list(out_shape), share)
-            return Work(work.kind, work.flops, work.bytes, m=work.m, n=work.n, k=work.k, phase=phase,
-                        winograd=kind == CONV and _winograd(layer, list(out_shape), work.k))
+            geometry = _conv_geometry(layer, list(out_shape), work.k) if kind == CONV else {}
+            return Work(work.kind, work.flops, work.bytes, m=work.m, n=work.n, k=work.k, phase=phase, **geometry)
         side = max(1, round((flops / share / 2.0) ** (1.0 / 3.0)))  # shapes unknown: a cube of the same FLOPs
         return Work(kind, flops, moved, m=side, n=side, k=side, phase=phase)
     return Work(MEMORY, flops, moved)

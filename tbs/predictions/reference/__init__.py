@@ -84,7 +84,8 @@ def work_of_row(row: pd.Series) -> Work | None:
         out_h = _conv_output(_int(row, "in_h"), kh, stride, row.get("padding"))
         out_w = _conv_output(_int(row, "in_w"), kw, stride, row.get("padding"))
         return Work(CONV, flops, moved, m=_int(row, "batch", 1) * out_h * out_w, n=_int(row, "out_c"),
-                    k=kh * kw * _int(row, "in_c"), phase=phase, winograd=kh == kw == 3 and stride == 1)
+                    k=kh * kw * _int(row, "in_c"), phase=phase, winograd=kh == kw == 3 and stride == 1,
+                    tensor_core_aligned=_int(row, "in_c") % 8 == 0, window=kh * kw, stride=stride)
     if op in RNN_OPS:
         batch, hidden, steps = _int(row, "batch", 1), _int(row, "hidden"), _int(row, "seq_len", 1)
         gates = GATES[op]
