@@ -12,24 +12,20 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
 import tempfile
-import threading
-import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
 from tbs import backends, checks
 from tbs.backends.base import Device
-from tbs.backends.host import now_iso
 from tbs.cost.prices import load_price_file
 from tbs.cost.reprice import reprice
 from tbs.errors import ProfileError, StorageError, TbsError
 from tbs.errors import warn as _warn
 from tbs.measure.config import MeasureConfig, TrainingConfig
-from tbs.measure.timing import Interrupted, TimingConfig
+from tbs.measure.timing import TimingConfig
 from tbs.place.recommend import Recommendation
 from tbs.profiles.merge import merge_each_mode, merge_profiles
 from tbs.profiles.files import write_text_atomic
@@ -37,7 +33,6 @@ from tbs.profiles.profile import Profile, load_profile
 from tbs.profiles.store import ProfileStore, finalize
 from tbs.progress import reporter
 from tbs.report.base import render as _render
-from tbs.schema import ProfileStatus
 from tbs.place.verify import Verification, verify_recommendation
 from tbs.run import Run, RunOptions, custom_object_dict
 
@@ -98,7 +93,7 @@ def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Seque
             store = ProfileStore(Path(tempfile.mkdtemp(prefix=f"tbs-{run.model_name}-")))
             store.lock()
         directory = store.directory
-        interrupted = _measure(run, store)
+        interrupted = run.measure_until_stopped(store)
         finished = None if interrupted else finalize(store)
     finally:
         if store is not None:
@@ -138,63 +133,6 @@ def _write_report(result: Profile, directory: Path) -> None:
     except MemoryError as exc:
         _warn(f"report.html was not written ({type(exc).__name__}: {exc}); the profile is complete: "
               f"tbs report {directory} -o report.html makes it")
-
-
-def _measure(run: Run, store: ProfileStore) -> bool:
-    """Measure into ``store``; returns whether Ctrl-C stopped it (what was measured is kept)."""
-    stop = {"requested": False}
-
-    def request_stop() -> None:
-        stop["requested"] = True
-        run.reporter.note("\ntbs: stopping after the current sample (Ctrl-C again to stop at once) ...")
-
-    run.start(store)  # refusals (an unfinished profile without --resume) leave the directory as it was
-    previous = _install_interrupt_handler(request_stop)
-    started = time.perf_counter()
-    try:
-        run.measure(store, should_stop=lambda: stop["requested"])
-    except StorageError as exc:  # a full or read-only disk: what was written stays, --resume finishes it
-        run.reporter.finish()
-        store.mark_interrupted(str(exc))
-        raise
-    except TbsError as exc:  # e.g. the forward pass fails on the data: nothing to resume
-        run.reporter.finish()
-        store.update_metadata(status=ProfileStatus.FAILED.value, error=str(exc))
-        raise
-    except (Interrupted, KeyboardInterrupt) as exc:
-        run.reporter.finish()
-        store.update_metadata(status=ProfileStatus.INTERRUPTED.value, elapsed_s=time.perf_counter() - started)
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        return True
-    finally:
-        run.close()
-        if previous is not _NOT_INSTALLED:
-            signal.signal(signal.SIGINT, previous)
-    store.update_metadata(finished=now_iso(), elapsed_s=time.perf_counter() - started)
-    return False
-
-
-_NOT_INSTALLED = object()
-
-
-def _install_interrupt_handler(on_first: Callable[[], None]) -> Any:
-    """First Ctrl-C: finish the current sample and stop cleanly. Second: stop at once (main thread only).
-
-    Returns the handler it replaced (which may be None, one installed outside Python), to restore.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        return _NOT_INSTALLED
-    state = {"count": 0}
-
-    def handler(signum: int, frame: Any) -> None:
-        state["count"] += 1
-        if state["count"] == 1:
-            on_first()
-        else:
-            raise KeyboardInterrupt
-
-    return signal.signal(signal.SIGINT, handler)
 
 
 def load(*directories: PathLike, prices: str | Mapping[str, float] | None = None,

@@ -8,7 +8,10 @@ devices found, the model loaded on the first device and its inputs made.
 from __future__ import annotations
 
 import hashlib
+import signal
 import sys
+import threading
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -20,7 +23,7 @@ from tbs.backends.base import Device, select
 from tbs.backends.host import host_info, now_iso
 from tbs.checks import is_path
 from tbs.cost.reprice import row_pricer
-from tbs.errors import InputDataError, TbsError
+from tbs.errors import InputDataError, StorageError, TbsError
 from tbs.load.inputs import (InputSpec, batch_arrays, check_input_arrays, input_specs, load_user_input,
                              structure_inputs)
 from tbs.load.train_setup import TrainingSetup, fit_to_outputs, resolve as resolve_training
@@ -30,7 +33,7 @@ from tbs.measure import neighbours
 from tbs.measure.profiler import Profiler
 from tbs.measure.request import ProfileRequest
 from tbs.measure.config import MeasureConfig, TrainingConfig
-from tbs.measure.timing import TimingConfig
+from tbs.measure.timing import Interrupted, TimingConfig
 from tbs.profiles.store import UNREADABLE, ProfileStore
 from tbs.progress import Reporter
 from tbs.schema import ARRAYS_INPUT, FORMAT_VERSION, SYNTHETIC_INPUT, ProfileStatus
@@ -242,7 +245,68 @@ class Run:
         )
         Profiler(request, store, self.reporter, should_stop=should_stop).run()
 
+    def measure_until_stopped(self, store: ProfileStore) -> bool:
+        """Start or resume the profile in ``store`` and measure it; returns whether Ctrl-C stopped it.
+
+        What was measured is kept whatever stops the run: a full or read-only disk marks the profile
+        interrupted (``--resume`` finishes it), a failing forward pass marks it failed, Ctrl-C stops
+        after the current sample (a second Ctrl-C at once).
+        """
+        stop = {"requested": False}
+
+        def request_stop() -> None:
+            stop["requested"] = True
+            self.reporter.note("\ntbs: stopping after the current sample (Ctrl-C again to stop at once) ...")
+
+        self.start(store)  # refusals (an unfinished profile without --resume) leave the directory as it was
+        previous = _install_interrupt_handler(request_stop)
+        started = time.perf_counter()
+        try:
+            self.measure(store, should_stop=lambda: stop["requested"])
+        except StorageError as exc:  # a full or read-only disk: what was written stays, --resume finishes it
+            self.reporter.finish()
+            store.mark_interrupted(str(exc))
+            raise
+        except TbsError as exc:  # e.g. the forward pass fails on the data: nothing to resume
+            self.reporter.finish()
+            store.update_metadata(status=ProfileStatus.FAILED.value, error=str(exc))
+            raise
+        except (Interrupted, KeyboardInterrupt) as exc:
+            self.reporter.finish()
+            store.update_metadata(status=ProfileStatus.INTERRUPTED.value, elapsed_s=time.perf_counter() - started)
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            return True
+        finally:
+            self.close()
+            if previous is not _NOT_INSTALLED:
+                signal.signal(signal.SIGINT, previous)
+        store.update_metadata(finished=now_iso(), elapsed_s=time.perf_counter() - started)
+        return False
+
     def close(self) -> None:
         if self.registration is not None:
             self.registration.close()
             self.registration = None
+
+
+_NOT_INSTALLED = object()
+
+
+def _install_interrupt_handler(on_first: Callable[[], None]) -> Any:
+    """First Ctrl-C: finish the current sample and stop cleanly. Second: stop at once (main thread only).
+
+    Returns the handler it replaced (which may be None, one installed outside Python), to restore.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return _NOT_INSTALLED
+    state = {"count": 0}
+
+    def handler(signum: int, frame: Any) -> None:
+        state["count"] += 1
+        if state["count"] == 1:
+            on_first()
+        else:
+            raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGINT, handler)

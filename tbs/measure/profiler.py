@@ -28,9 +28,10 @@ from tbs.load.train_setup import fit_to_outputs
 from tbs.measure.dedupe import find_shared, shared_row
 from tbs.measure.rows import Cell
 from tbs.measure.inference import InferenceCells
-from tbs.measure.train_cells import TrainingCells, gradient_plan, memory_chunks, structure as training_structure
+from tbs.measure.structure import record_skipped, record_structure
+from tbs.measure.train_cells import TrainingCells, memory_chunks
 from tbs.measure.request import CellSink, ProfileRequest, Progress
-from tbs.schema import LOSS_LAYER, MEASURED, MODEL_LAYER, CellKey, LayerRecord, Status
+from tbs.schema import LOSS_LAYER, MEASURED, MODEL_LAYER, CellKey, Status
 from tbs.backends.tensors import tensor_bytes
 from tbs.measure.timing import Interleaved, Interrupted, Measurement, Runner, Timer
 
@@ -138,45 +139,10 @@ class Profiler:
             captured = r.capture_fn(model, inputs, r.training, device, record_devices=device.kind != "cpu")
         return captured, inputs, copy_seconds, input_bytes
 
-    def _record_structure(self, captured: Capture, batch: int) -> None:
-        meta = self.store.metadata
-        if not self.store.meta.layers:
-            self.store.set_layers([call.replace(batch_size=batch) for call in captured.calls])
-        graph = meta.setdefault("graph", {})
-        if str(batch) not in graph:
-            graph[str(batch)] = (self._training_structure(captured) if self.request.training
-                                 else [vars(e) for e in captured.edges])
-        self.store.update_metadata()
-
-    def _training_structure(self, captured: Capture) -> list[dict[str, Any]]:
-        """Add what training needs to the layer records (trainable, input gradients, the loss's entry); edges with ``grad``."""
-        changes, loss, edges = training_structure(captured, gradient_plan(captured.calls), self.request.training_setup)
-        records = [r.replace(**changes.get(r.name, {})) for r in self.store.layers]
-        if loss.name not in {r.name for r in records}:
-            records.append(loss)
-        self.store.set_layers(records)
-        return edges
-
-    def _record_skipped(self, cells: TrainingCells) -> None:
-        """Mark the layers the compiled step does not run (and add the activations timed apart) in the metadata."""
-        records = self.store.layers
-        names = [r.name for r in records]
-        changed = False
-        for skip in cells.skipped.values():
-            if skip.call.name not in names:
-                continue
-            at = names.index(skip.call.name)
-            if skip.whole_layer and records[at].in_step is not False:
-                records[at] = records[at].replace(in_step=False)
-                changed = True
-            elif not skip.whole_layer and skip.row_name not in names:
-                records.insert(at + 1, LayerRecord(name=skip.row_name, type=skip.activation_name, category="other",
-                                                   trainable=False, grad_inputs=[False], in_step=False,
-                                                   part_of=skip.call.name))
-                names.insert(at + 1, skip.row_name)
-                changed = True
-        if changed:
-            self.store.set_layers(records)
+    @property
+    def _training_setup(self) -> Any:
+        """The loss and optimizer a training profile times (None in inference): the layer records gain their parts."""
+        return self.request.training_setup if self.request.training else None
 
     def _failed_cells(self, device: Device, batch: int, exc: BaseException) -> None:
         """The forward pass itself failed: every cell of this (batch, device) gets the reason."""
@@ -236,7 +202,7 @@ class Profiler:
         if first is not None and r.training_setup is not None:
             fit_to_outputs(r.training_setup, first[0].outputs)  # a loss that does not fit: one line, before any timing
         if first is not None:
-            self._record_structure(first[0], batches[0])
+            record_structure(self.store, first[0], batches[0], self._training_setup)
             self._seed_estimates(first[0], batches[0])
             self.activation_bytes_per_sample = (
                 sum(c.output_bytes for c in first[0].calls) + first[3]) / batches[0]
@@ -287,7 +253,7 @@ class Profiler:
                 self._failed_cells(device, batch, exc)
                 return
         cap, inputs, copy_seconds, input_bytes = captured
-        self._record_structure(cap, batch)
+        record_structure(self.store, cap, batch, self._training_setup)
         self._measure_group(device, batch, cap, inputs, copy_seconds, input_bytes, model_key)
 
     def _pending_cells(self, device: Device, batch: int, cap: Capture, inputs: Any, copy_seconds: float,
@@ -303,7 +269,7 @@ class Profiler:
                             category=call.category)
                 pending[key] = cells.layer(call, f"{call.name} on {device.name} @ batch {batch}", base)
         if isinstance(cells, TrainingCells):
-            self._record_skipped(cells)
+            record_skipped(self.store, cells.skipped.values())
             for skip in cells.split_activations:
                 key = CellKey.of("layer", skip.row_name, device.name, batch, r.mode)
                 if not self.store.is_done(key):

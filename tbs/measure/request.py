@@ -14,7 +14,7 @@ from tbs.load.inputs import InputSpec, batch_arrays
 from tbs.load.model import LoadedModel
 from tbs.load.train_setup import TrainingSetup
 from tbs.measure.timing import TimingConfig
-from tbs.schema import CellKey
+from tbs.schema import CellKey, LayerRecord, Metadata
 
 
 class Progress:
@@ -43,6 +43,14 @@ class CellSink(Protocol):
     def add_transfers(self, rows: list[dict[str, Any]]) -> None: ...
 
     def update_metadata(self, **values: Any) -> None: ...
+
+    @property
+    def meta(self) -> Metadata: ...
+
+    @property
+    def layers(self) -> list[LayerRecord]: ...
+
+    def set_layers(self, records: list[LayerRecord]) -> None: ...
 
 
 def _unpriced(row: dict[str, Any]) -> dict[str, Any]:
