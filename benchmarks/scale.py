@@ -6,7 +6,9 @@ Cases (CPU, TensorFlow, default statistics, one process each):
   layers), ``--training`` at batch 4 and 16;
 - ``ic_dr``: InceptionV3 (models/build.py ic_dr, 313 leaf layers), inference at batch 8 and 32;
 - ``transformer``: a 12-block BERT-style encoder from keras_hub (random weights), inference at two
-  batch sizes (needs ``pip install keras-hub``).
+  batch sizes, its inputs 128 tokens long, the model's own maximum (needs ``pip install keras-hub``;
+  its token inputs have no declared length, so without ``--input`` tbs would make 16-token ones);
+  ``transformer-seq16`` is the same model on those 16-token synthetic inputs.
 
 For each: the wall time, the time inside timed samples, the tool's overhead (wall ÷ timed),
 Σ layers against the whole model (or train step), how many rows share a representative's
@@ -34,24 +36,37 @@ ROWS = Path(__file__).resolve().parent / "rows"
 CASES = {
     "efficientnet-training": dict(batches="4,16", training=True),
     "ic_dr": dict(batches="8,32", training=False),
-    "transformer": dict(batches="8,32", training=False),
+    "transformer": dict(batches="8,32", training=False, sequence=128),
+    "transformer-seq16": dict(batches="8,32", training=False),
 }
+
+
+BERT = ("keras_hub.models.BertBackbone(vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768, "
+        "intermediate_dim=3072, max_sequence_length=128)")
 
 
 def build(case: str, directory: Path) -> Path:
     """The case's model file, built from code with random weights (no download)."""
-    path = directory / f"{case}.keras"
     if case == "ic_dr":
         return _build_example("ic_dr", directory)
-    code = {
-        "efficientnet-training": "keras.applications.EfficientNetB0(weights=None)",
-        "transformer": ("keras_hub.models.BertBackbone(vocabulary_size=30522, num_layers=12, num_heads=12, "
-                        "hidden_dim=768, intermediate_dim=3072, max_sequence_length=128)"),
-    }[case]
-    script = (f"import keras{', keras_hub' if case == 'transformer' else ''}\n"
-              f"model = {code}\n"
-              f"model.save({str(path)!r})\n")
-    subprocess.run([sys.executable, "-c", script], check=True)
+    transformer = case.startswith("transformer")
+    path = directory / ("transformer.keras" if transformer else f"{case}.keras")
+    if not path.exists():
+        code = BERT if transformer else "keras.applications.EfficientNetB0(weights=None)"
+        script = (f"import keras{', keras_hub' if transformer else ''}\n"
+                  f"model = {code}\n"
+                  f"model.save({str(path)!r})\n")
+        subprocess.run([sys.executable, "-c", script], check=True)
+    return path
+
+
+def token_inputs(directory: Path, sequence: int, samples: int = 8) -> Path:
+    """BERT's three inputs for ``samples`` sequences of ``sequence`` tokens (random ids, one segment, no padding)."""
+    import numpy as np
+
+    path = directory / f"tokens-{sequence}.npz"
+    ids = np.random.default_rng(0).integers(0, 30522, (samples, sequence), dtype=np.int32)
+    np.savez(path, token_ids=ids, segment_ids=np.zeros_like(ids), padding_mask=np.ones_like(ids))
     return path
 
 
@@ -149,13 +164,14 @@ def main() -> int:
             for case in args.cases:
                 model = build(case, root)
                 spec = dict(CASES[case], **({"batches": args.batch} if args.batch else {}))
+                data = (["--input", str(token_inputs(root, spec["sequence"]))] if "sequence" in spec else [])
                 earlier = results.get(case, {})  # without --full, the last --no-dedupe run stays, marked earlier
                 r = {"batches": spec["batches"], **{k: dict(earlier[k], earlier=True) for k in ("full", "compare")
                                                     if k in earlier and not args.full}}
-                r["dedupe"] = profile(model, root / f"{case}-dedupe", spec["batches"], spec["training"], [])
+                r["dedupe"] = profile(model, root / f"{case}-dedupe", spec["batches"], spec["training"], data)
                 if args.full:
                     r["full"] = profile(model, root / f"{case}-full", spec["batches"], spec["training"],
-                                        ["--no-dedupe"])
+                                        ["--no-dedupe", *data])
                     r["compare"] = compare(root / f"{case}-dedupe", root / f"{case}-full")
                 results[case] = r
                 print(json.dumps({case: r}), file=sys.stderr)
