@@ -6,7 +6,9 @@ Cases (CPU, TensorFlow, default statistics, one process each):
   layers), ``--training`` at batch 4 and 16;
 - ``ic_dr``: InceptionV3 (models/build.py ic_dr, 313 leaf layers), inference at batch 8 and 32;
 - ``transformer``: a 12-block BERT-style encoder from keras_hub (random weights), inference at two
-  batch sizes, its inputs 128 tokens long, the model's own maximum (needs ``pip install keras-hub``;
+  batch sizes, its inputs 128 tokens long, the model's own maximum (needs keras-hub: ``pip install
+  --no-deps keras-hub && pip install regex rich tokenizers sentencepiece kagglehub`` keeps pip from
+  swapping TensorFlow for the version tensorflow-text pins, which a model built from a config never uses;
   its token inputs have no declared length, so without ``--input`` tbs would make 16-token ones);
   ``transformer-seq16`` is the same model on those 16-token synthetic inputs.
 
