@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import keras, layers
+from keras_models import keras, layers
 from tbs.backends.base import ProgramCost
 from tbs.backends.tensorflow.discovery import discover
 from tbs.measure.analysis import formula_cost, phase_costs, row_columns

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import ROOT, keras, sequential_model
+from conftest import ROOT
+from keras_models import keras, sequential_model
 import tbs
 from tbs.errors import ProfileError, TbsError
 from tbs.schema import FORMAT_VERSION

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from conftest import branchy_model, embedding_model, keras, sequential_model
+from keras_models import branchy_model, embedding_model, keras, sequential_model
 from tbs.capture.recorder import capture
 from tbs.load.inputs import input_specs, structure_inputs, synthetic_batch
 from tbs.load.model import import_custom_objects
@@ -71,7 +71,7 @@ def test_rnn_inner_cell_is_not_a_separate_leaf():
 
 
 def test_op_devices_are_recorded_and_host_fallback_detected():
-    from conftest import text_model
+    from keras_models import text_model
     from tbs.backends.tensorflow.discovery import discover
     from tbs.measure.rows import fallback_ops
 

@@ -1,7 +1,7 @@
 import pytest
 
 from tbs.capture.categories import categorize
-from conftest import keras
+from keras_models import keras
 
 layers = keras.layers
 

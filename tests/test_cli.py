@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from conftest import FAST, keras
+from conftest import FAST
+from keras_models import keras
 from tbs.cli import cli
 
 

@@ -23,7 +23,7 @@ ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'tbs[
 from ray.cluster_utils import Cluster  # noqa: E402
 
 import tbs  # noqa: E402
-from conftest import keras, layers  # noqa: E402
+from keras_models import keras, layers  # noqa: E402
 from tbs.cli import cli  # noqa: E402
 from tbs.cluster.discovery import connect, describe, node_groups  # noqa: E402
 

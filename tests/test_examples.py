@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from conftest import FAST, ROOT, keras
+from conftest import FAST, ROOT
+from keras_models import keras
 from tbs.capture.recorder import capture
 from tbs.cli import cli
 from tbs.load.inputs import input_specs, structure_inputs, synthetic_batch

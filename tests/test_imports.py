@@ -11,12 +11,15 @@ couple the modules just the same.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 
 import pytest
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parent.parent / "tbs"
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_DIR = ROOT / "tbs"
 
 FOUNDATION = ("tbs.errors", "tbs.units", "tbs.schema")
 STAGES = ("tbs.backends", "tbs.load", "tbs.capture", "tbs.measure", "tbs.profiles", "tbs.predictions", "tbs.cost",
@@ -349,3 +352,12 @@ def test_no_module_of_the_package_is_ignored_by_git():
     files = [str(p.relative_to(root)) for p in (root / "tbs").rglob("*.py")]
     ignored = subprocess.run(["git", "check-ignore", *files], cwd=root, capture_output=True, text=True).stdout.split()
     assert ignored == [], f"git ignores {ignored}: fix .gitignore"
+
+
+def test_the_tests_shared_setup_starts_no_framework():
+    """conftest.py builds no model at collection: tests of fakes and renderers run without TensorFlow."""
+    probe = ("import sys; sys.path.insert(0, 'tests'); import conftest; "
+             "started = [m for m in ('keras', 'tensorflow', 'jax') if m in sys.modules]; "
+             "assert not started, started")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

@@ -3,7 +3,7 @@ import pickle
 import numpy as np
 import pytest
 
-from conftest import branchy_model, embedding_model, text_model
+from keras_models import branchy_model, embedding_model, text_model
 from tbs.errors import InputDataError
 from tbs.load.inputs import (check_input_arrays, fit_to_batch, input_specs, load_user_input, read_input_file,
                              synthetic_batch)
@@ -56,7 +56,7 @@ def test_user_input_npz_by_name_for_several_inputs(tmp_path):
 
 
 def test_masked_embedding_never_gets_a_zero_and_float_indices_are_whole():
-    from conftest import keras
+    from keras_models import keras
 
     model = keras.Sequential([keras.layers.Embedding(30, 4, mask_zero=True), keras.layers.LSTM(3)])
     model.build((None, 12))  # declared float32 input in front of an Embedding

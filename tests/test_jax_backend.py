@@ -20,7 +20,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from conftest import FAST, _pickle, keras, layers, text_model
+from conftest import FAST
+from keras_models import _pickle, keras, layers, text_model
 
 jax = pytest.importorskip("jax", reason="JAX is not installed (pip install 'tbs[jax]')")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import keras, sequential_model
+from keras_models import keras, sequential_model
 from tbs.errors import ModelLoadError
 from tbs.load.model import ModelSource, import_custom_objects, load_model, load_model_object
 

@@ -197,7 +197,8 @@ def test_largest_batch_under_a_memory_limit_runs_and_a_batch_well_above_it_fails
     import subprocess
     import sys
 
-    from conftest import ROOT, keras, layers
+    from conftest import ROOT
+    from keras_models import keras, layers
 
     inputs = keras.Input((16,), name="x")
     wide = layers.Dense(8192, activation="relu", name="wide")(inputs)  # 32 KiB of activations a sample, few FLOPs

@@ -96,7 +96,7 @@ def test_replay_of_the_recorded_pass_computes_the_model():
     """The split-model runner replays every call with its real dataflow: same outputs as the model."""
     import numpy as np
 
-    from conftest import branchy_model
+    from keras_models import branchy_model
     from tbs.backends.tensors import iter_tensors
     from tbs.capture.recorder import capture
     from tbs.load.inputs import input_specs, structure_inputs, synthetic_batch

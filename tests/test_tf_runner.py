@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import keras
+from keras_models import keras
 from tbs.backends.tensorflow.device import _consume
 from tbs.backends.tensorflow.discovery import discover
 from tbs.backends.tensorflow.environment import tensorflow

@@ -8,7 +8,7 @@ for a Dense layer, never nothing (a pruned gradient would cost ~0).
 import numpy as np
 import pytest
 
-from conftest import keras
+from keras_models import keras
 from tbs.backends.tensorflow.discovery import discover
 from tbs.backends.tensorflow.environment import tensorflow
 from tbs.measure.timing import Timer, TimingConfig

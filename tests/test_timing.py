@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from conftest import keras
+from keras_models import keras
 from tbs.backends.tensorflow.discovery import discover
 from tbs.errors import TbsError
 from tbs.measure.timing import HarnessOverhead, Interleaved, Interrupted, Measurement, Timer, TimingConfig

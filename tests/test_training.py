@@ -18,7 +18,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from conftest import FAST, _pickle, branchy_model, embedding_model, keras, layers
+from conftest import FAST
+from keras_models import _pickle, branchy_model, embedding_model, keras, layers
 
 import tbs
 from tbs.capture.recorder import capture

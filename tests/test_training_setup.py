@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from conftest import FAST, keras, layers
+from conftest import FAST
+from keras_models import keras, layers
 
 import tbs
 from tbs.cli import cli

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from conftest import keras, layers
+from keras_models import keras, layers
 
 import tbs
 from tbs.capture.recorder import capture

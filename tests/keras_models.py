@@ -1,0 +1,59 @@
+"""Tiny real Keras models of every shape for the tests (importing this module starts Keras)."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import conftest  # noqa: F401  (the backend and log settings come first)
+from tbs.backends import keras as _keras
+
+keras = _keras()
+layers = keras.layers
+
+
+def sequential_model() -> keras.Model:
+    model = keras.Sequential(
+        [keras.Input((6,)), layers.Dense(8, activation="relu", name="dense"), layers.Dropout(0.1, name="dropout"),
+         layers.Dense(3, name="dense_1")],
+        name="tiny_seq",
+    )
+    return model
+
+
+def branchy_model() -> keras.Model:
+    """Two inputs, a nested Sequential, a branch and merge, two outputs."""
+    augment = keras.Sequential([layers.RandomFlip("horizontal", name="random_flip"), layers.Rescaling(1.0 / 255, name="rescaling")], name="augment")
+    image = keras.Input((8, 8, 3), name="image")
+    extra = keras.Input((4,), name="extra")
+    x = augment(image)
+    a = layers.Conv2D(4, 3, padding="same", name="left")(x)
+    b = layers.Conv2D(4, 1, name="right")(x)
+    x = layers.Concatenate(name="merge")([a, b])
+    x = layers.GlobalAveragePooling2D(name="pool")(x)
+    x = layers.Concatenate(name="join")([x, extra])
+    out1 = layers.Dense(2, name="head_a")(x)
+    out2 = layers.Dense(1, name="head_b")(x)
+    return keras.Model([image, extra], [out1, out2], name="branchy")
+
+
+def embedding_model() -> keras.Model:
+    tokens = keras.Input((7,), dtype="int32", name="tokens")
+    x = layers.Embedding(50, 4)(tokens)
+    x = layers.LSTM(5)(x)
+    return keras.Model(tokens, layers.Dense(1)(x), name="tiny_lstm")
+
+
+def text_model() -> keras.Model:
+    vectorize = layers.TextVectorization(max_tokens=30, output_sequence_length=6)
+    vectorize.adapt(["alpha beta gamma", "delta alpha epsilon", "beta beta zeta"])
+    text = keras.Input((1,), dtype="string", name="text")
+    x = layers.Embedding(30, 4)(vectorize(text))
+    x = layers.GlobalAveragePooling1D()(x)
+    return keras.Model(text, layers.Dense(1)(x), name="tiny_text")
+
+
+def _pickle(model: keras.Model, path: Path) -> Path:
+    with open(path, "wb") as f:
+        pickle.dump(model, f)
+    return path
