@@ -48,8 +48,8 @@ def held_out(table: pd.DataFrame) -> pd.DataFrame:
         train, test = table[table["device"] != device], table[table["device"] == device].copy()
         model = fit_table(train)
         test["predicted_s"] = predict_frame(test, model)
-        factors = [band_factors(model, k, x) or (0.0, math.inf)
-                   for k, x in zip(test["kind"], regime(test, model.launch_s))]  # the training folds' bands
+        factors = [band_factors(model, k, x, p) or (0.0, math.inf)  # the training folds' bands
+                   for k, x, p in zip(test["kind"], regime(test, model.launch_s), test["phase"])]
         test["low_s"] = test["predicted_s"] * np.array([f[0] for f in factors])
         test["high_s"] = test["predicted_s"] * np.array([f[1] for f in factors])
         parts.append(test)

@@ -165,6 +165,13 @@ def test_the_band_is_narrow_where_the_regime_is_compute_bound_and_the_kinds_band
     assert 0.005 <= model.regime_bands[GEMM]["tail"] <= 0.05
     few = fit_bands(kinds[:200], errors[:200], x[:200], None)  # 50 rows a bucket: each bucket is the kind's band
     assert all(tuple(b) == few[0][GEMM] for b in few[1][GEMM]["bands"]) and few[1][GEMM]["tail"] == 0.05
+    # A convolution's gradients (other kernels) get their own regime bands, apart from its forward's
+    phases = np.where(np.arange(len(x)) % 2 == 0, "forward", "backward_weight")
+    conv = GpuModel()
+    conv.bands, conv.regime_bands = fit_bands(np.full(len(x), CONV), np.where(phases == "forward", errors, 3 * errors),
+                                              x, devices, phases)
+    forward, gradient = band_factors(conv, CONV, 2.5), band_factors(conv, CONV, 2.5, "backward_weight")
+    assert set(conv.regime_bands) == {CONV, CONV + ":gradients"} and forward[1] / forward[0] < 1.3 < gradient[1] / gradient[0]
 
 
 def text_profile() -> Profile:

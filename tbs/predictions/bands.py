@@ -7,6 +7,9 @@ log10(compute / (memory + launch)) from the datasheet roofline, cut into ``REGIM
 buckets of equal count per kind; each bucket gets its own residual percentiles (a bucket with
 fewer than ``MIN_BUCKET_ROWS`` rows uses the kind's band).
 
+A convolution's gradients (other cuDNN kernels than its forward's) spread wider than its forward:
+its regime bands are fitted apart for the forward and for the gradient phases (``band_key``).
+
 A band fitted on the rows it was fitted to under-covers a GPU it never saw, so the tail level
 is chosen by leave-one-GPU-out within the fitted rows: the first of ``TAILS`` (5th/95th
 percentiles first, then wider bands) whose bands, built without each GPU in turn, cover that GPU's
@@ -25,6 +28,7 @@ REGIME_BUCKETS = 4
 MIN_BUCKET_ROWS = 150
 TAILS = (0.05, 0.045, 0.04, 0.035, 0.03, 0.025, 0.02, 0.015, 0.01, 0.0075, 0.005)  # each side's share outside
 TARGET_COVERAGE = 0.9
+PHASE_SPLIT = ("conv",)  # kinds whose forward and gradients get their own regime bands
 Band = tuple[float, float]
 
 
@@ -33,6 +37,11 @@ def regime(frame: pd.DataFrame, launch_s: float) -> np.ndarray:
     compute = frame["flops"].to_numpy(dtype=float) / frame["peak_flops_per_s"].to_numpy(dtype=float)
     memory = frame["bytes"].to_numpy(dtype=float) / frame["bandwidth_bytes_per_s"].to_numpy(dtype=float)
     return np.log10(np.maximum(np.nan_to_num(compute), 1e-12) / (np.nan_to_num(memory) + launch_s))
+
+
+def band_key(kind: str, phase: str) -> str:
+    """The regime bands a row uses: its kind's, or for a ``PHASE_SPLIT`` kind its forward's or gradients'."""
+    return f"{kind}:gradients" if kind in PHASE_SPLIT and phase != "forward" else kind
 
 
 def _edges(x: np.ndarray) -> list[float]:
@@ -74,17 +83,21 @@ def _tail(errors: np.ndarray, x: np.ndarray, devices: np.ndarray | None) -> floa
     return TAILS[-1]
 
 
-def fit_bands(kinds: np.ndarray, errors: np.ndarray, x: np.ndarray,
-              devices: np.ndarray | None) -> tuple[dict[str, Band], dict[str, dict[str, Any]]]:
-    """Per kind: its whole band and its regime bands ({edges, bands, tail}) from log residuals measured/predicted."""
-    whole, regimes = {}, {}
+def fit_bands(kinds: np.ndarray, errors: np.ndarray, x: np.ndarray, devices: np.ndarray | None,
+              phases: np.ndarray | None = None) -> tuple[dict[str, Band], dict[str, dict[str, Any]]]:
+    """Per kind its whole band, and per ``band_key`` its regime bands ({edges, bands, tail}), from log residuals
+    log(measured / predicted)."""
+    keys = np.array([band_key(k, p) for k, p in zip(kinds, phases)]) if phases is not None else kinds
+    whole, regimes, tails = {}, {}, {}
+    for key in sorted(set(keys)):
+        chosen = keys == key
+        tails[key] = tail = _tail(errors[chosen], x[chosen], devices[chosen] if devices is not None else None)
+        edges = _edges(x[chosen])
+        regimes[str(key)] = {"edges": edges, "bands": _bucket_bands(errors[chosen], x[chosen], edges, tail), "tail": tail}
     for kind in sorted(set(kinds)):
         chosen = kinds == kind
-        tail = _tail(errors[chosen], x[chosen], devices[chosen] if devices is not None else None)
-        edges = _edges(x[chosen])
+        tail = min(t for key, t in tails.items() if key.split(":")[0] == kind)
         whole[str(kind)] = (float(np.quantile(errors[chosen], tail)), float(np.quantile(errors[chosen], 1 - tail)))
-        regimes[str(kind)] = {"edges": edges, "bands": _bucket_bands(errors[chosen], x[chosen], edges, tail),
-                              "tail": tail}
     return whole, regimes
 
 

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from tbs.predictions.bands import fit_bands, regime, regime_band
+from tbs.predictions.bands import band_key, fit_bands, regime, regime_band
 from tbs.predictions.work import CONV, GEMM, LOOP_KERNELS_PER_STEP, MEMORY, PHASE_GEMMS, RECURRENT, Work
 
 # The output tiles a GEMM library picks from (narrow ones for a GEMM with few rows or columns).
@@ -329,14 +329,16 @@ def fit(frame: pd.DataFrame, measured_s: np.ndarray, prior: GpuModel | None = No
         errors = target - np.log(predict_frame(frame, fitted, shapes))
     kinds = frame["kind"].to_numpy()
     devices = frame["device"].to_numpy() if "device" in frame else None
-    fitted.bands, fitted.regime_bands = fit_bands(kinds, errors, regime(frame, fitted.launch_s), devices)
+    fitted.bands, fitted.regime_bands = fit_bands(kinds, errors, regime(frame, fitted.launch_s), devices,
+                                                  frame["phase"].to_numpy())
     fitted.fitted_on = {str(kind): int((kinds == kind).sum()) for kind in sorted(set(kinds))}
     return fitted
 
 
-def band_factors(model: GpuModel, kind: str, at: float | None = None) -> tuple[float, float] | None:
-    """(low, high) multipliers of a prediction for ``kind``: its residuals' percentiles in the regime ``at``
-    (``bands.regime`` of the row), or over the whole kind where ``at`` or the regime bands are missing."""
-    band = regime_band(model.regime_bands, kind, at) if at is not None else None
+def band_factors(model: GpuModel, kind: str, at: float | None = None,
+                 phase: str = "forward") -> tuple[float, float] | None:
+    """(low, high) multipliers of a prediction for ``kind`` in ``phase``: its residuals' percentiles in the regime
+    ``at`` (``bands.regime`` of the row), or over the whole kind where ``at`` or the regime bands are missing."""
+    band = regime_band(model.regime_bands, band_key(kind, phase), at) if at is not None else None
     band = band or model.bands.get(kind)
     return None if band is None else (math.exp(band[0]), math.exp(band[1]))

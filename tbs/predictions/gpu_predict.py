@@ -50,7 +50,7 @@ def precision_of(device: CatalogDevice, dtype: str = "float32") -> str:
 def _band(model: GpuModel, work: Work, frame: pd.DataFrame) -> tuple[float, float, str]:
     """The row's 90% band multipliers (its kind's in its regime: ``frame`` is its ``frame_of`` table), and a note
     where its kind was not in the reference data."""
-    found = band_factors(model, work.kind, float(regime(frame, model.launch_s)[0]))
+    found = band_factors(model, work.kind, float(regime(frame, model.launch_s)[0]), work.phase)
     if work.kind == RECURRENT and not work.fused:
         found = None  # the reference RNNs are cuDNN's fused kernels; a loop of kernels is not among them
     if found is not None:
