@@ -6,8 +6,10 @@ what was measured on it. Per held-out GPU and layer kind:
 
 - median and 90th percentile of |log(predicted / measured)|, shown as a factor - 1 (25% = 1.25x);
 - Spearman rank correlation of predicted and measured times;
-- the 90% band's coverage (the band is the fitted rows' residual 5th-95th percentiles, so it is
-  held out too) and its width (high / low);
+- the 90% band's coverage (the band comes from the fitted rows' residuals per kind and regime, so it
+  is held out too) and its median width (high / low), over all rows and over the compute-bound ones:
+  gemm/conv/recurrent rows whose datasheet compute time (FLOPs / peak) is at least
+  ``COMPUTE_BOUND_MEMORY``x their memory time (bytes / bandwidth) and at least ``COMPUTE_BOUND_S``;
 - the cross-device ratio: for a shape measured on the held-out GPU and another GPU, predicted
   ratio against measured ratio (median |log| error, and how often the faster GPU is named right).
 
@@ -27,13 +29,16 @@ from scipy.stats import spearmanr
 
 from common import ROOT
 
-from tbs.predictions.gpu_model import predict_frame  # noqa: E402
+from tbs.predictions.bands import regime  # noqa: E402
+from tbs.predictions.gpu_model import band_factors, predict_frame  # noqa: E402
 from tbs.predictions.reference import fit_table, reference_table  # noqa: E402
 
 TARGETS = {"median": math.log(1.25), "p90": math.log(2.0), "spearman": 0.9, "coverage": 0.85, "width": 3.0}
 SHAPE = ["source", "op", "kind", "phase", "precision", "m", "n", "k", "count", "steps", "in_m", "in_n", "in_k",
          "flops", "bytes"]
 MIN_PAIR_SHAPES = 20
+COMPUTE_BOUND_MEMORY = 2.0  # compute-bound: datasheet compute time >= 2x memory time ...
+COMPUTE_BOUND_S = 1e-4  # ... and >= 100 us (about 6 launches): what a launch or a wave's rounding cannot dominate
 
 
 def held_out(table: pd.DataFrame) -> pd.DataFrame:
@@ -43,20 +48,34 @@ def held_out(table: pd.DataFrame) -> pd.DataFrame:
         train, test = table[table["device"] != device], table[table["device"] == device].copy()
         model = fit_table(train)
         test["predicted_s"] = predict_frame(test, model)
-        test["low_s"] = [p * math.exp(model.bands.get(k, (-np.inf, 0))[0]) for p, k in zip(test["predicted_s"], test["kind"])]
-        test["high_s"] = [p * math.exp(model.bands.get(k, (0, np.inf))[1]) for p, k in zip(test["predicted_s"], test["kind"])]
+        factors = [band_factors(model, k, x, p) or (0.0, math.inf)  # the training folds' bands
+                   for k, x, p in zip(test["kind"], regime(test, model.launch_s), test["phase"])]
+        test["low_s"] = test["predicted_s"] * np.array([f[0] for f in factors])
+        test["high_s"] = test["predicted_s"] * np.array([f[1] for f in factors])
         parts.append(test)
     out = pd.concat(parts, ignore_index=True)
     out["log_error"] = np.log(out["predicted_s"] / out["measured_s"])
+    out["compute_bound"] = compute_bound(out)
     return out
+
+
+def compute_bound(rows: pd.DataFrame) -> pd.Series:
+    """Compute-kind rows whose datasheet compute time dominates their memory time and launches."""
+    compute = rows["flops"] / rows["peak_flops_per_s"]
+    memory = rows["bytes"] / rows["bandwidth_bytes_per_s"]
+    return (rows["kind"] != "memory") & (compute >= COMPUTE_BOUND_MEMORY * memory) & (compute >= COMPUTE_BOUND_S)
 
 
 def summarise(rows: pd.DataFrame) -> dict:
     errors = rows["log_error"].abs()
     rho = spearmanr(rows["predicted_s"], rows["measured_s"]).statistic if len(rows) > 2 else float("nan")
-    covered = ((rows["measured_s"] >= rows["low_s"]) & (rows["measured_s"] <= rows["high_s"])).mean()
+    covered = (rows["measured_s"] >= rows["low_s"]) & (rows["measured_s"] <= rows["high_s"])
+    width = rows["high_s"] / rows["low_s"]
+    bound = rows["compute_bound"].to_numpy(dtype=bool)
     return {"rows": int(len(rows)), "median": float(errors.median()), "p90": float(errors.quantile(0.9)),
-            "spearman": float(rho), "coverage": float(covered), "width": float((rows["high_s"] / rows["low_s"]).median())}
+            "spearman": float(rho), "coverage": float(covered.mean()), "width": float(width.median()),
+            "compute_bound_rows": int(bound.sum()), "compute_bound_coverage": float(covered[bound].mean()) if bound.any() else math.nan,
+            "compute_bound_width": float(width[bound].median()) if bound.any() else math.nan}
 
 
 def ratio_errors(rows: pd.DataFrame) -> pd.DataFrame:
@@ -75,17 +94,24 @@ def percent(log_value: float) -> str:
 
 
 def table_lines(rows: pd.DataFrame) -> list[str]:
-    lines = ["| held-out GPU | kind | rows | median error | p90 error | Spearman | band coverage | band width | meets target |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    lines = ["| held-out GPU | kind | rows | median error | p90 error | Spearman | band coverage | band width | "
+             "compute-bound rows | compute-bound band width | meets target |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for (device, kind), group in rows.groupby(["device", "kind"]):
         s = summarise(group)
+        narrow = not s["compute_bound_rows"] or s["compute_bound_width"] <= TARGETS["width"]
         misses = [name for name, ok in (("median", s["median"] <= TARGETS["median"]), ("p90", s["p90"] <= TARGETS["p90"]),
                                         ("Spearman", s["spearman"] >= TARGETS["spearman"]),
-                                        ("coverage", s["coverage"] >= TARGETS["coverage"])) if not ok]
+                                        ("coverage", s["coverage"] >= TARGETS["coverage"]), ("width", narrow)) if not ok]
         lines.append(f"| {device} | {kind} | {s['rows']} | {percent(s['median'])} | {percent(s['p90'])} | "
-                     f"{s['spearman']:.3f} | {s['coverage']:.0%} | {s['width']:.2f}x | "
+                     f"{s['spearman']:.3f} | {s['coverage']:.0%} | {s['width']:.2f}x | {bound_cells(s)} | "
                      f"{'yes' if not misses else 'no: ' + ', '.join(misses)} |")
     return lines
+
+
+def bound_cells(s: dict) -> str:
+    """The compute-bound rows' count and band width (blank width where there are none)."""
+    return f"{s['compute_bound_rows']} | " + (f"{s['compute_bound_width']:.2f}x" if s["compute_bound_rows"] else "")
 
 
 def main() -> None:
@@ -97,17 +123,21 @@ def main() -> None:
     whole = fit_table(table)
     lines = [f"Leave-one-GPU-out over {len(table)} published measurements "
              f"({', '.join(f'{s}: {n}' for s, n in table['source'].value_counts().items())}); "
-             "`python benchmarks/predict_gpu.py`. Errors are |log(predicted/measured)| shown as a factor - 1.", "",
+             "`python benchmarks/predict_gpu.py`. Errors are |log(predicted/measured)| shown as a factor - 1. "
+             f"Compute-bound: gemm/conv/recurrent rows whose datasheet compute time (FLOPs / peak) is at least "
+             f"{COMPUTE_BOUND_MEMORY:g}x their memory time (bytes / bandwidth) and at least {COMPUTE_BOUND_S * 1e6:g} us; "
+             "band width is the median high / low.", "",
              "Per held-out GPU, all kinds:", "",
              "| held-out GPU | rows | median error | p90 error | Spearman | band coverage |", "|---|---:|---:|---:|---:|---:|",
              *[f"| {d} | {s['rows']} | {percent(s['median'])} | {percent(s['p90'])} | {s['spearman']:.3f} | {s['coverage']:.0%} |"
                for d, s in ((d, summarise(g)) for d, g in rows.groupby("device"))],
              "", "Per held-out GPU and kind:", "", *table_lines(rows), "", "All held-out rows per kind:", "",
-             "| kind | rows | median error | p90 error | Spearman | band coverage | band width |", "|---|---:|---:|---:|---:|---:|---:|"]
+             "| kind | rows | median error | p90 error | Spearman | band coverage | band width | "
+             "compute-bound rows | compute-bound band width |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for kind, group in rows.groupby("kind"):
         s = summarise(group)
         lines.append(f"| {kind} | {s['rows']} | {percent(s['median'])} | {percent(s['p90'])} | {s['spearman']:.3f} | "
-                     f"{s['coverage']:.0%} | {s['width']:.2f}x |")
+                     f"{s['coverage']:.0%} | {s['width']:.2f}x | {bound_cells(s)} |")
     ratios = ratio_errors(rows)
     lines += ["", f"Cross-device ratios (the same shape measured on two GPUs, each predicted with its own GPU held out; "
                   f"pairs with at least {MIN_PAIR_SHAPES} shapes):", "",
@@ -124,7 +154,7 @@ def main() -> None:
         args.out.write_text(text)
         rows_path = ROOT / "benchmarks" / "rows" / "predict_gpu.json"
         summaries = {f"{device}/{kind}": summarise(group) for (device, kind), group in rows.groupby(["device", "kind"])}
-        rows_path.write_text(json.dumps({"constants": whole.constants(), "bands": whole.bands,
+        rows_path.write_text(json.dumps({"constants": whole.constants(), "bands": whole.bands, "regime_bands": whole.regime_bands,
                                          "held_out": summaries}, indent=1, default=float))
 
 

@@ -149,6 +149,31 @@ def test_the_fit_recovers_known_constants_and_bands_cover_the_noise():
     assert -0.2 < low < -0.04 and 0.04 < high < 0.2  # the 5th/95th percentiles of 5% noise: about ±8%
 
 
+def test_the_band_is_narrow_where_the_regime_is_compute_bound_and_the_kinds_band_where_rows_are_few():
+    from tbs.predictions.bands import fit_bands
+    from tbs.predictions.gpu_model import band_factors
+
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-2, 3, 2400)  # log10(compute / (memory + launch)): launch-bound below 0, compute-bound above
+    errors = rng.normal(0, np.where(x < 0.5, 0.5, 0.05))  # launch-bound kernels are the noisy ones
+    devices = np.array(["a", "b", "c", "d", "e", "f"])[rng.integers(0, 6, len(x))]
+    kinds = np.full(len(x), GEMM)
+    model = GpuModel()
+    model.bands, model.regime_bands = fit_bands(kinds, errors, x, devices)
+    large, small, whole = band_factors(model, GEMM, 2.5), band_factors(model, GEMM, -1.5), band_factors(model, GEMM)
+    assert large[1] / large[0] < 1.3 < whole[1] / whole[0] < small[1] / small[0]  # ±8%, not the kind's ±0.5 spread
+    assert 0.005 <= model.regime_bands[GEMM]["tail"] <= 0.05
+    few = fit_bands(kinds[:200], errors[:200], x[:200], None)  # 50 rows a bucket: each bucket is the kind's band
+    assert all(tuple(b) == few[0][GEMM] for b in few[1][GEMM]["bands"]) and few[1][GEMM]["tail"] == 0.05
+    # A convolution's gradients (other kernels) get their own regime bands, apart from its forward's
+    phases = np.where(np.arange(len(x)) % 2 == 0, "forward", "backward_weight")
+    conv = GpuModel()
+    conv.bands, conv.regime_bands = fit_bands(np.full(len(x), CONV), np.where(phases == "forward", errors, 3 * errors),
+                                              x, devices, phases)
+    forward, gradient = band_factors(conv, CONV, 2.5), band_factors(conv, CONV, 2.5, "backward_weight")
+    assert set(conv.regime_bands) == {CONV, CONV + ":gradients"} and forward[1] / forward[0] < 1.3 < gradient[1] / gradient[0]
+
+
 def text_profile() -> Profile:
     """A CPU profile of TextVectorization -> Embedding -> Dense at two batch sizes (hand-built, nothing measured)."""
     layers = [{"name": "text_vectorization", "type": "TextVectorization", "category": "preprocessing",

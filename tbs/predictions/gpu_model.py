@@ -14,8 +14,9 @@ input projection plus ``steps`` sequential step GEMMs, each with a per-step cost
 kernel) or three kernel launches (a loop). Memory-bound kinds move their bytes.
 
 The constants are the same for every GPU (a held-out GPU is predicted from its datasheet alone);
-they are fitted in log error on the reference measurements (tbs/predictions/reference), and the
-5th/95th percentiles of each kind's residuals are its 90% band.
+they are fitted in log error on the reference measurements (tbs/predictions/reference); the
+residuals' percentiles per kind and regime (compute-, memory- or launch-bound) are the 90% band
+(tbs/predictions/bands.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from tbs.predictions.bands import band_key, fit_bands, regime, regime_band
 from tbs.predictions.work import CONV, GEMM, LOOP_KERNELS_PER_STEP, MEMORY, PHASE_GEMMS, RECURRENT, Work
 
 # The output tiles a GEMM library picks from (narrow ones for a GEMM with few rows or columns).
@@ -98,12 +100,14 @@ class GpuModel:
     # Per kind, the median log error left along the size of the work (log10 FLOPs per SM; bytes for
     # memory-bound kinds) as (x, y) knots: the efficiency curve the constants alone do not bend to.
     size_curves: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
-    bands: dict[str, tuple[float, float]] = field(default_factory=dict)
+    bands: dict[str, tuple[float, float]] = field(default_factory=dict)  # per kind, whatever its regime
+    # Per kind, the band per regime bucket: {"edges": regime cut points, "bands": [(low, high)], "tail": level}.
+    regime_bands: dict[str, dict[str, Any]] = field(default_factory=dict)
     fitted_on: dict[str, int] = field(default_factory=dict)  # rows per kind the constants were fitted on
 
     def constants(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name not in ("bands", "fitted_on", "architecture_log_scale", "size_curves")}
+                if f.name not in ("bands", "regime_bands", "fitted_on", "architecture_log_scale", "size_curves")}
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -289,7 +293,7 @@ _BOUNDS = {"tile_exponent": (1e-3, 1.5), "launch_s": (5e-7, 5e-5), "fused_step_s
 
 
 def fit(frame: pd.DataFrame, measured_s: np.ndarray, prior: GpuModel | None = None) -> GpuModel:
-    """Constants minimising the squared log error on reference rows; each kind's 90% band from its residuals."""
+    """Constants minimising the squared log error on reference rows; each kind's 90% bands from its residuals."""
     from scipy.optimize import least_squares
 
     model = prior or GpuModel()
@@ -323,14 +327,18 @@ def fit(frame: pd.DataFrame, measured_s: np.ndarray, prior: GpuModel | None = No
             if architecture:
                 fitted.architecture_log_scale.setdefault(str(architecture), {})[str(group)] = float(part["error"].median())
         errors = target - np.log(predict_frame(frame, fitted, shapes))
-    for kind in sorted(set(frame["kind"])):
-        chosen = errors[(frame["kind"] == kind).to_numpy()]
-        fitted.bands[kind] = (float(np.quantile(chosen, 0.05)), float(np.quantile(chosen, 0.95)))
-        fitted.fitted_on[kind] = int(len(chosen))
+    kinds = frame["kind"].to_numpy()
+    devices = frame["device"].to_numpy() if "device" in frame else None
+    fitted.bands, fitted.regime_bands = fit_bands(kinds, errors, regime(frame, fitted.launch_s), devices,
+                                                  frame["phase"].to_numpy())
+    fitted.fitted_on = {str(kind): int((kinds == kind).sum()) for kind in sorted(set(kinds))}
     return fitted
 
 
-def band_factors(model: GpuModel, kind: str) -> tuple[float, float] | None:
-    """(low, high) multipliers of a prediction for ``kind``: its fitted residuals' 5th and 95th percentiles."""
-    band = model.bands.get(kind)
+def band_factors(model: GpuModel, kind: str, at: float | None = None,
+                 phase: str = "forward") -> tuple[float, float] | None:
+    """(low, high) multipliers of a prediction for ``kind`` in ``phase``: its residuals' percentiles in the regime
+    ``at`` (``bands.regime`` of the row), or over the whole kind where ``at`` or the regime bands are missing."""
+    band = regime_band(model.regime_bands, band_key(kind, phase), at) if at is not None else None
+    band = band or model.bands.get(kind)
     return None if band is None else (math.exp(band[0]), math.exp(band[1]))

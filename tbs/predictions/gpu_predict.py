@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from tbs.predictions.catalog import CatalogDevice
+from tbs.predictions.bands import regime
 from tbs.predictions.gpu_model import GpuModel, GpuSpec, band_factors, frame_of, predict_frame
 from tbs.predictions.work import MATMUL_CATEGORIES, MEMORY, RECURRENT, Work, work_of
 from tbs.profiles.profile import Profile
@@ -46,9 +47,10 @@ def precision_of(device: CatalogDevice, dtype: str = "float32") -> str:
     return PRECISION_OF.get(used, "fp32")
 
 
-def _band(model: GpuModel, work: Work) -> tuple[float, float, str]:
-    """The row's 90% band multipliers, and a note where its kind was not in the reference data."""
-    found = band_factors(model, work.kind)
+def _band(model: GpuModel, work: Work, frame: pd.DataFrame) -> tuple[float, float, str]:
+    """The row's 90% band multipliers (its kind's in its regime: ``frame`` is its ``frame_of`` table), and a note
+    where its kind was not in the reference data."""
+    found = band_factors(model, work.kind, float(regime(frame, model.launch_s)[0]), work.phase)
     if work.kind == RECURRENT and not work.fused:
         found = None  # the reference RNNs are cuDNN's fused kernels; a loop of kernels is not among them
     if found is not None:
@@ -117,8 +119,9 @@ def _layer_row(row: pd.Series, layer: LayerRecord | None, backend: str, training
         return dict(ident, reason="not predicted: no compiler FLOPs/bytes for this cell on the measured device")
     work = work_of(layer, str(row.get("category", "")), float(flops), float(moved), int(row["batch_size"]),
                    backend, training)
-    seconds = float(predict_frame(frame_of([work], [precision], [spec]), model)[0])
-    low, high, note = _band(model, work)
+    frame = frame_of([work], [precision], [spec])
+    seconds = float(predict_frame(frame, model)[0])
+    low, high, note = _band(model, work, frame)
     peak = spec.peak(precision) or spec.peak("fp32")
     return dict(ident, method=f"{METHOD}: {work.describe()}, {precision if work.kind != MEMORY else 'memory-bound'}"
                               f"{note}", median_s=seconds, low_s=seconds * low, high_s=seconds * high,
