@@ -32,6 +32,7 @@ from tbs.errors import TbsError
 from tbs.place.solvers import INFEASIBLE, Problem, Solution, Tensor, solve, solve_milp
 from tbs.profiles.profile import Profile
 from tbs.measure.transfers import TransferFit, pair_key
+from tbs.place.graph import bypass, graph_tensors
 from tbs.place.memory import MemoryLimits, limits_for
 
 
@@ -127,38 +128,6 @@ def check_placeable(inp: Inputs, objective: str) -> None:
         if objective == "cost" and not any(inp.usd_per_hour.get(d) is not None for d in runs_on):
             raise TbsError(f"layer '{layer}' runs only on {', '.join(runs_on)}, which has no price: give one with "
                            f"--cost (e.g. --cost {runs_on[0]}=0.5), or minimise time (--objective time)")
-
-
-def bypass(edges: list[dict[str, Any]], skipped: list[str]) -> list[dict[str, Any]]:
-    """The graph without the layers the step never runs: their readers read what fed them (the logits)."""
-    if not skipped:
-        return edges
-    fed = {e["dst"]: e["src"] for e in edges if e["dst"] in skipped}
-    return [dict(e, src=fed.get(e["src"], e["src"])) for e in edges if e["dst"] not in skipped]
-
-
-def graph_tensors(edges: list[dict[str, Any]], layers: list[str], mode: str = "inference") -> list[Tensor]:
-    """The graph's edges as tensors (one per produced value, with all its readers), and their gradients.
-
-    In training the model's outputs feed the loss, not the host, so edges to ``output``
-    are dropped where the graph has a loss; an edge with ``grad`` adds the gradient that
-    flows back along it, paid once per device its readers sit on.
-    """
-    training = mode == "training" and any(e["dst"] == LOSS_LAYER for e in edges)
-    grouped: dict[tuple, list[dict[str, Any]]] = {}
-    for e in edges:
-        if training and e["dst"] == "output":
-            continue
-        grouped.setdefault((e["src"], tuple(e.get("shape") or []), e.get("dtype"), int(e["bytes"])), []).append(e)
-    tensors = []
-    for (src, _, _, nbytes), group in grouped.items():
-        if not (src.startswith("input") or src in layers):
-            continue
-        tensors.append(Tensor(src, tuple(dict.fromkeys(e["dst"] for e in group)), nbytes))
-        back = tuple(dict.fromkeys(e["dst"] for e in group if e.get("grad")))
-        if back and mode == "training":
-            tensors.append(Tensor(src, back, nbytes, grad=True))
-    return tensors
 
 
 def time_problem(inp: Inputs, allowed: list[str] | None = None) -> Problem:
