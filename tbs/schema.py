@@ -302,6 +302,10 @@ class Metadata:
         values = {name: metadata[name] for name in METADATA_KEYS if metadata.get(name) is not None}
         return cls(**values, present=frozenset(values))
 
+    def layer_records(self) -> list[LayerRecord]:
+        """The ``layers`` entries, typed."""
+        return [LayerRecord.from_dict(entry) for entry in self.layers]
+
     def recorded(self, name: str) -> Any:
         """Field ``name`` as the file holds it, None where the file lacks it (reports that mirror the file)."""
         if name not in METADATA_KEYS:

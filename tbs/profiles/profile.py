@@ -79,7 +79,7 @@ class Profile:
     @property
     def layers(self) -> list[LayerRecord]:
         """Every leaf layer call, in call order, typed."""
-        return [LayerRecord.from_dict(entry) for entry in self.meta.layers]
+        return self.meta.layer_records()
 
     @property
     def layer_names(self) -> list[str]:

@@ -248,7 +248,7 @@ class ProfileStore:
     @property
     def layers(self) -> list[LayerRecord]:
         """The layer records written so far, in call order."""
-        return [LayerRecord.from_dict(entry) for entry in self.meta.layers]
+        return self.meta.layer_records()
 
     def set_layers(self, records: list[LayerRecord]) -> None:
         """Write the layer records (the metadata's only writer of "layers")."""
