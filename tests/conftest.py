@@ -85,3 +85,16 @@ def subclassed_pkl(model_dir: Path, custom_source: Path) -> Path:
     model = classes["TinySubclassed"](units=4)
     model(keras.ops.zeros((2, 5)))
     return _pickle(model, model_dir / "subclassed.pkl")
+
+
+@pytest.fixture(scope="session")
+def two_device_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished profile of two Dense layers on a fake CPU and GPU at batch 8 (no framework): read it, or copy
+    it before writing into it."""
+    from tbs.testing import FakeClock, FakeDevice, chain, fake_profile
+
+    directory = tmp_path_factory.mktemp("fake") / "p"
+    clock = FakeClock()
+    devices = [FakeDevice(kind, 0, clock, {"dense": 1e-4, "dense_1": 2e-4}) for kind in ("cpu", "gpu")]
+    fake_profile(directory, chain("dense", "dense_1"), devices, batch_sizes=(8,))
+    return directory

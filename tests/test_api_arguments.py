@@ -13,17 +13,12 @@ import inspect
 import pytest
 
 import tbs
-from tbs.testing import FakeClock, FakeDevice, chain, fake_profile
 
 
 @pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    """A finished profile on two fake devices, priced, and a recommendation for it."""
-    directory = tmp_path_factory.mktemp("args") / "p"
-    clock = FakeClock()
-    devices = [FakeDevice(kind, 0, clock, {"dense": 1e-4, "dense_1": 2e-4}) for kind in ("cpu", "gpu")]
-    fake_profile(directory, chain("dense", "dense_1"), devices, batch_sizes=(8,))
-    return directory, tbs.recommend(directory, "time")
+def saved(two_device_profile):
+    """A finished profile on two fake devices, and a recommendation for it."""
+    return two_device_profile, tbs.recommend(two_device_profile, "time")
 
 
 NOT_A_PATH = object()

@@ -22,7 +22,6 @@ from click.testing import CliRunner
 import tbs
 from conftest import ROOT
 from tbs.cli import cli
-from tbs.testing import FakeClock, FakeDevice, chain, fake_profile
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL = {"sh", "bash", "shell", "console"}
@@ -241,13 +240,9 @@ def test_relative_links_point_at_files_that_exist():
 
 
 @pytest.fixture(scope="module")
-def fake(tmp_path_factory):
+def fake(two_device_profile):
     """A finished profile on two fake devices: what report, recommend and predict read."""
-    directory = tmp_path_factory.mktemp("docs") / "p"
-    clock = FakeClock()
-    devices = [FakeDevice(kind, 0, clock, {"dense": 1e-4, "dense_1": 2e-4}) for kind in ("cpu", "gpu")]
-    fake_profile(directory, chain("dense", "dense_1"), devices, batch_sizes=(8,))
-    return directory
+    return two_device_profile
 
 
 def test_commands_that_need_no_model_run(fake, tmp_path):

@@ -12,7 +12,6 @@ from tbs.cluster.driver import PER_GROUP
 from tbs.profiles.profile import load_profile
 from tbs.profiles.store import ProfileStore
 from tbs.schema import MEASUREMENT_SETTINGS, METADATA_KEYS, LayerRecord, Metadata, check_declared
-from tbs.testing import FakeClock, FakeDevice, chain, fake_profile
 
 
 def test_a_key_no_field_declares_is_refused_before_it_reaches_the_file(tmp_path):
@@ -29,13 +28,10 @@ def test_keys_other_modules_name_by_string_are_declared():
     assert set(PER_GROUP) <= set(METADATA_KEYS)
 
 
-def test_every_key_a_real_profile_writes_is_declared_and_reads_back_typed(tmp_path):
-    clock = FakeClock()
-    devices = [FakeDevice(kind, 0, clock, {"dense": 1e-4, "dense_1": 2e-4}) for kind in ("cpu", "gpu")]
-    fake_profile(tmp_path / "p", chain("dense", "dense_1"), devices, batch_sizes=(8,))
-    written = json.loads((tmp_path / "p" / "metadata.json").read_text())
+def test_every_key_a_real_profile_writes_is_declared_and_reads_back_typed(two_device_profile):
+    written = json.loads((two_device_profile / "metadata.json").read_text())
     assert set(written) <= set(METADATA_KEYS)
-    profile = load_profile(tmp_path / "p")
+    profile = load_profile(two_device_profile)
     assert profile.meta.mode == written["mode"] and profile.meta.devices == written["devices"]
     assert [r.name for r in profile.layers] == ["dense", "dense_1"]
     assert profile.meta.recorded("predicted_devices") is None  # not in the file: None, not an empty list
