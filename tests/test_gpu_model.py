@@ -258,3 +258,16 @@ def test_a_sources_libraries_are_told_apart_from_the_architecture_by_a_gpu_both_
     assert scales["y"]["compute"] == pytest.approx(scales["x"]["compute"], abs=0.03)  # not the old source's speed-up
     unsourced = frame.drop(columns="source")
     assert np.median(predict_frame(unsourced, fitted) / predict_frame(unsourced, GpuModel())) == pytest.approx(1, abs=0.05)
+
+
+def test_gpus_share_an_architecture_offset_only_where_their_sms_have_the_same_fp32_lanes():
+    # GP100's SM has 64 FP32 lanes, GP104's (P4) 128: held out, a P100 priced with the P4's and GP102's offset
+    # was +27% slow on DeepBench's SGEMMs (0.95-0.98 of its peak). Lanes per SM = peak / (2 x SMs x boost clock).
+    from tbs.predictions.reference import gpu_specs
+
+    lanes: dict[str, set[int]] = {}
+    for spec in gpu_specs().values():
+        per_sm = spec.peak("fp32") / (2 * spec.sm_count * spec.boost_clock_hz)
+        lanes.setdefault(spec.architecture, set()).add(64 * round(per_sm / 64))
+    assert all(len(found) == 1 for found in lanes.values()), lanes
+    assert gpu_specs()["p100-pcie"].architecture != gpu_specs()["p4"].architecture
