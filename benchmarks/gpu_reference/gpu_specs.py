@@ -54,7 +54,8 @@ GPU_SPECS = [
          memory_bandwidth_bytes_per_s=732e9, l2_bytes=4 * MiB, memory_bytes=16 * GiB,
          spec_source="https://images.nvidia.com/content/tesla/pdf/nvidia-tesla-p100-PCIe-datasheet.pdf; "
                      "https://images.nvidia.com/content/pdf/tesla/whitepaper/pascal-architecture-whitepaper.pdf "
-                     "(FP16 = native half2 rate, no tensor cores; 12GB PCIe variant has 549 GB/s)"),
+                     "(FP16 = native half2 rate, no tensor cores; 12GB PCIe variant has 549 GB/s; GP100 SM: 64 FP32 cores, "
+                     "GP104/GP102 SM: 128)"),
     dict(id="p4", name="NVIDIA Tesla P4 8GB", sm_count=20, boost_clock_hz=1.063e9,
          peak_float32_flops_per_s=5.5e12, peak_tf32_flops_per_s="", peak_float16_flops_per_s="",
          memory_bandwidth_bytes_per_s=192e9, l2_bytes=2 * MiB, memory_bytes=8 * GiB,
@@ -89,9 +90,11 @@ BASE_CLOCKS_HZ = {
     "v100-pcie": 1.230e9, "v100": 1.290e9, "p100-pcie": 1.126e9, "p4": 0.810e9, "titanxp": 1.405e9,
     "titanx-pascal": 1.417e9, "gtx1080ti": 1.480e9, "m40": 0.948e9, "titanx-maxwell": 1.000e9,
 }
+# A family shares an SM design: GP100's SM has 64 FP32 cores and twice the registers per core of GP102/GP104's
+# 128-core SM (Pascal whitepaper), so the P100 runs SGEMM nearer its peak than the other Pascal parts: its own family.
 ARCHITECTURES = {
     "h100": "hopper", "a100-40gb-pcie": "ampere", "a100-80gb-pcie": "ampere", "l4": "ada", "t4": "turing",
-    "v100-pcie": "volta", "v100": "volta", "p100-pcie": "pascal", "p4": "pascal", "titanxp": "pascal",
+    "v100-pcie": "volta", "v100": "volta", "p100-pcie": "pascal-gp100", "p4": "pascal", "titanxp": "pascal",
     "titanx-pascal": "pascal", "gtx1080ti": "pascal", "m40": "maxwell", "titanx-maxwell": "maxwell",
 }
 for _spec in GPU_SPECS:

@@ -41,6 +41,10 @@ MIN_SPLIT_K = 128
 REFERENCE_TILE = 128 * 128
 TENSOR_CORE_PRECISIONS = ("tf32", "fp16", "bf16", "mixed")
 PEAK_OF = {"mixed": "fp16", "bf16": "fp16"}  # fp16 inputs, fp32 accumulation: the half-precision peak
+# The reference source whose timing and libraries a tbs prediction is priced as: PyTorch 2.1 / CUDA 12.1, the
+# libraries a current framework runs (the other sources' offsets from it are fitted: GpuModel.source_log_scale).
+REFERENCE_SOURCE = "neusight"
+SCALE_ROUNDS = 10  # alternating medians for the architecture and source offsets
 
 
 def sustained_fraction(base_hz: Any, boost_hz: Any, sustained: float) -> Any:
@@ -97,6 +101,10 @@ class GpuModel:
     # Per architecture, the median log error left after the shared constants, for compute kinds and for
     # memory-bound ones: what the datasheet does not show (e.g. Maxwell's GEMMs reach less of their peak).
     architecture_log_scale: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Per reference source other than REFERENCE_SOURCE, the same for how it was timed and with which libraries
+    # (DeepBench: CUDA 7.5-10.1 cuBLAS/cuDNN called back to back): fitted beside the architectures', never applied
+    # to a tbs prediction (a frame without a ``source`` column is priced as REFERENCE_SOURCE's libraries run).
+    source_log_scale: dict[str, dict[str, float]] = field(default_factory=dict)
     # Per kind, the median log error left along the size of the work (log10 FLOPs per SM; bytes for
     # memory-bound kinds) as (x, y) knots: the efficiency curve the constants alone do not bend to.
     size_curves: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
@@ -107,7 +115,8 @@ class GpuModel:
 
     def constants(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name not in ("bands", "regime_bands", "fitted_on", "architecture_log_scale", "size_curves")}
+                if f.name not in ("bands", "regime_bands", "fitted_on", "architecture_log_scale", "source_log_scale",
+                                  "size_curves")}
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -255,10 +264,35 @@ def _group(kind: np.ndarray) -> np.ndarray:
 
 
 def _architecture_scale(frame: pd.DataFrame, model: GpuModel) -> np.ndarray:
-    if not model.architecture_log_scale or "architecture" not in frame:
-        return np.zeros(len(frame))
-    return np.array([model.architecture_log_scale.get(a, {}).get(g, 0.0)
-                     for a, g in zip(frame["architecture"], _group(frame["kind"].to_numpy()))])
+    groups = _group(frame["kind"].to_numpy())
+    out = np.zeros(len(frame))
+    for column, scales in (("architecture", model.architecture_log_scale), ("source", model.source_log_scale)):
+        if scales and column in frame:
+            out += np.array([scales.get(str(v), {}).get(g, 0.0) for v, g in zip(frame[column], groups)])
+    return out
+
+
+def _offsets(frame: pd.DataFrame, errors: np.ndarray) -> tuple[dict, dict]:
+    """Per architecture and per source (REFERENCE_SOURCE: 0), the median log error each leaves, fitted together by
+    alternating medians: a GPU measured by two sources (T4, P100) tells their libraries apart from its architecture."""
+    table = pd.DataFrame({"architecture": frame["architecture"].astype(str).to_numpy(), "error": errors,
+                          "group": _group(frame["kind"].to_numpy()),
+                          "source": frame["source"].astype(str).to_numpy() if "source" in frame else REFERENCE_SOURCE})
+    table["by_source"] = 0.0
+    for _ in range(SCALE_ROUNDS):
+        table["by_architecture"] = (table["error"] - table["by_source"]).groupby(
+            [table["architecture"], table["group"]]).transform("median").where(table["architecture"] != "", 0.0)
+        left = table["error"] - table["by_architecture"]
+        table["by_source"] = left.groupby([table["source"], table["group"]]).transform("median").where(
+            table["source"] != REFERENCE_SOURCE, 0.0)
+    nested = {}
+    for column in ("architecture", "source"):
+        part = table[(table[column] != "") & (table[column] != REFERENCE_SOURCE)]
+        values = part.groupby([column, "group"])["by_" + column].first()
+        nested[column] = {}
+        for (name, group), value in values.items():
+            nested[column].setdefault(str(name), {})[str(group)] = float(value)
+    return nested["architecture"], nested["source"]
 
 
 def _recurrent_seconds(frame: pd.DataFrame, phase: np.ndarray, seconds: dict[str, np.ndarray],
@@ -321,11 +355,7 @@ def fit(frame: pd.DataFrame, measured_s: np.ndarray, prior: GpuModel | None = No
         fitted.size_curves[kind] = _curve(sizes[chosen], errors[chosen])
     errors = target - np.log(predict_frame(frame, fitted, shapes))
     if "architecture" in frame:
-        groups = pd.DataFrame({"architecture": frame["architecture"].to_numpy(), "error": errors,
-                               "group": _group(frame["kind"].to_numpy())})
-        for (architecture, group), part in groups.groupby(["architecture", "group"]):
-            if architecture:
-                fitted.architecture_log_scale.setdefault(str(architecture), {})[str(group)] = float(part["error"].median())
+        fitted.architecture_log_scale, fitted.source_log_scale = _offsets(frame, errors)
         errors = target - np.log(predict_frame(frame, fitted, shapes))
     kinds = frame["kind"].to_numpy()
     devices = frame["device"].to_numpy() if "device" in frame else None
