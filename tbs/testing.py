@@ -151,13 +151,14 @@ class FakeDevice(Device):
                  capture_failures: Mapping[int, BaseException] | None = None, *,
                  default_seconds: float = 1e-3, harness_call_seconds: float = 2e-5,
                  harness_iteration_seconds: float = 1e-6, compile_seconds: float = 0.05,
-                 copy_seconds: float = 1e-4) -> None:
+                 copy_seconds: float = 1e-4, overlap: float | None = None) -> None:
         super().__init__(kind, index, description=f"fake {kind}")
         self.clock, self.script = clock, dict(seconds_per_call)
         self.failures, self.run_failures = dict(failures or {}), dict(run_failures or {})
         self.capture_failures = dict(capture_failures or {})
         self.default_seconds, self.compile_seconds, self.copy_seconds = default_seconds, compile_seconds, copy_seconds
         self.harness_call_seconds, self.harness_iteration_seconds = harness_call_seconds, harness_iteration_seconds
+        self.overlap = overlap  # calls back to back take this share of one call's time; None: not timed
 
     def seconds(self, target: str, batch: int | None, layers: Sequence[str] = ()) -> float:
         """Scripted seconds of one call of ``target`` (the model: of the ``layers`` it ran, unless scripted)."""
@@ -181,13 +182,26 @@ class FakeDevice(Device):
     def compile_blocked(self, call: Callable[..., Any], tensors: list[Any], xla: bool,
                         variables: Sequence[Any] = ()) -> Callable[[int], None]:
         """Trace ``call`` once, as XLA does, to learn what it runs; the runner then costs its script."""
+        target, batch, work = self._traced(call, tensors)
+        self.clock.events.append(RunEvent(self.name, target, batch, 0, self.clock()))
+        if target in self.failures:
+            raise self.failures[target]
+        return self._runner(target, batch, work)
+
+    def _traced(self, call: Callable[..., Any], tensors: list[Any]) -> tuple[str, int | None, float]:
+        """What ``call`` runs (its first op names it), at what batch, and its scripted seconds per call."""
         tracer = Tracer(_batch_of(tensors))
         call(*[tracer] * len(tensors))
         target = tracer.ops[0] if tracer.ops else HARNESS
-        self.clock.events.append(RunEvent(self.name, target, tracer.batch, 0, self.clock()))
-        if target in self.failures:
-            raise self.failures[target]
-        return self._runner(target, tracer.batch, self.seconds(target, tracer.batch, tracer.ops[1:]))
+        return target, tracer.batch, self.seconds(target, tracer.batch, tracer.ops[1:])
+
+    def overlapped_blocked(self, call: Callable[..., Any], tensors: list[Any], xla: bool,
+                           variables: Sequence[Any] = ()) -> Callable[[int], None] | None:
+        """Calls back to back, each ``overlap`` of one call's scripted time (``overlap=None``: none)."""
+        if self.overlap is None:
+            return None
+        target, batch, work = self._traced(call, tensors)
+        return self._runner(f"{target} back to back", batch, work * self.overlap)
 
     def _runner(self, target: str, batch: int | None, work: float) -> Callable[[int], None]:
         """``runner(n)``: the harness's fixed cost, plus n iterations of (harness step + work), on the clock."""

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tbs.measure.eta import TRACE_ESTIMATE_S
@@ -212,3 +213,24 @@ def test_a_dag_records_its_graph_and_the_model_costs_all_its_layers(tmp_path):
                      ("add", "output")}
     assert [layer["name"] for layer in profile.metadata["layers"]] == ["stem", "left", "right", "add"]
     assert profile.model.median_s.iloc[0] == pytest.approx(1e-3 + 2e-3 + 3e-3 + 4e-4, rel=1e-6)
+
+
+def test_calls_back_to_back_and_single_calls_are_timed_apart_only_where_a_sample_holds_several(tmp_path):
+    """One call that fills a sample (>= min_block_seconds) leaves nothing to overlap, and each of its
+    samples already is one call: neither is timed again. A short model gets both."""
+    clock = FakeClock()
+    script = {"dense": 1e-5, "relu": 1e-6, MODEL_LAYER: lambda b: 1e-3 * b}  # batch 2: 2 ms; batch 64: 64 ms
+    device = FakeDevice("cpu", 0, clock, script, harness_call_seconds=HARNESS_CALL_S,
+                        harness_iteration_seconds=HARNESS_ITERATION_S, overlap=0.5)
+    profile = fake_profile(tmp_path, chain("dense", "relu"), [device], batch_sizes=(2, 64))
+    model = profile.model.set_index("batch_size")
+    phases = profile.samples[profile.samples.target == "model"].groupby("batch_size").phase.unique()
+    assert set(phases[2]) == {"forward", "overlapped"} and list(phases[64]) == ["forward"]
+    assert model.overlapped_s[2] == pytest.approx(1e-3, rel=1e-6)  # half of one 2 ms call
+    assert np.isnan(model.overlapped_s[64]) and model.iterations[64] == 1
+    long_calls = [e for e in clock.events if e.target == MODEL_LAYER and e.batch == 64 and e.iterations == 1]
+    assert len(long_calls) == 2 + model.n[64]  # calibration's two, then its samples: no single calls after
+    short_singles = [e for e in clock.events if e.target == MODEL_LAYER and e.batch == 2 and e.iterations == 1]
+    assert len(short_singles) >= 5  # calibration's first call and the single calls after sampling
+    for batch in (2, 64):  # either way the dispatch overhead is one call's harness cost
+        assert model.dispatch_overhead_s[batch] == pytest.approx(HARNESS_CALL_S + HARNESS_ITERATION_S, rel=1e-6)

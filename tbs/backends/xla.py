@@ -49,8 +49,10 @@ def hlo_text_cost(hlo_text: str) -> dict[str, float | None]:
     return cost_fields(xla_client._xla.hlo_module_cost_analysis(client, module))
 
 
-def hlo_compiled(serialized_hlo: bytes) -> tuple[dict[str, float | None], dict[str, int | None]]:
-    """XLA's cost analysis of the optimised program and its memory analysis, from one compile for this host's CPU.
+def hlo_compiled(serialized_hlo: bytes) -> tuple[dict[str, float | None], dict[str, float | None],
+                                                dict[str, int | None]]:
+    """XLA's cost analysis of a serialized HloModuleProto as given and of its optimised program, and the
+    memory analysis, from one compile for this host's CPU.
 
     TensorFlow keeps its compiled XLA executables to itself; compiling the same HLO with the
     same compiler gives the optimised program (its counts match TensorFlow's own optimised
@@ -63,15 +65,17 @@ def hlo_compiled(serialized_hlo: bytes) -> tuple[dict[str, float | None], dict[s
     from jax._src.lib.mlir import ir
     from jaxlib import _hlo
 
-    text = xla_client._xla.mlir.xla_computation_to_mlir_module(_hlo.XlaComputation(serialized_hlo))
+    computation = _hlo.XlaComputation(serialized_hlo)
     client = jax.devices("cpu")[0].client
+    before = cost_fields(xla_client._xla.hlo_module_cost_analysis(client, computation.get_hlo_module()))
+    text = xla_client._xla.mlir.xla_computation_to_mlir_module(computation)
     with mlir.make_ir_context():
         module = ir.Module.parse(text)
         options = compiler.get_compile_options(num_replicas=1, num_partitions=1)
         devices = xla_client.DeviceList(tuple(client.devices()[:1]))
         executable = compiler.backend_compile_and_load(client, module, devices, options, [])
     after = cost_fields(xla_client._xla.hlo_module_cost_analysis(client, executable.hlo_modules()[0]))
-    return after, memory_fields(executable.get_compiled_memory_stats())
+    return before, after, memory_fields(executable.get_compiled_memory_stats())
 
 
 def program_cost(source: str, before: Mapping[str, Any], after: Mapping[str, Any],

@@ -65,7 +65,8 @@ class WorkEstimate:
 
     def cell_seconds(self, call_seconds: float, samples: int | None = None, target: str = "layer") -> float:
         blocks = (samples or self.config.min_samples) * HARNESS_SHARE + CALIBRATION_BLOCKS
-        extra = self.single_calls * call_seconds if target == "model" else 0.0
+        # A model's single calls are timed apart only where a sample holds several calls.
+        extra = self.single_calls * call_seconds if target == "model" and call_seconds < self.config.min_block_seconds else 0.0
         return TRACE_ESTIMATE_S + blocks * max(self.config.min_block_seconds, call_seconds) + extra
 
     def guess(self, key: tuple, call_seconds: float) -> None:

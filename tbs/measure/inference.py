@@ -77,4 +77,4 @@ class InferenceCells:
             return row
 
         return rows.Cell(label, base, (inputs, self.cap.outputs), programs, build, target="model",
-                         single_calls=rows.SINGLE_CALLS, analyse=analyse)
+                         single_calls=rows.SINGLE_CALLS, analyse=analyse, several_calls_only=(OVERLAPPED,))

@@ -311,8 +311,13 @@ class Profiler:
             self.progress.describe(f"warming up {cell.label}")
             try:
                 programs = cell.programs()
-                for i, (phase, runner) in enumerate(programs.items()):  # single calls: of the first program
-                    sampler.add((key, phase), runner, cell.single_calls if i == 0 else 0, cell.amortise_fixed)
+                calls_per_sample: list[int] = []  # of each program added; single calls: of the first
+                for phase, runner in programs.items():
+                    if calls_per_sample[:1] == [1] and phase in cell.several_calls_only:
+                        continue
+                    calls_per_sample.append(sampler.add((key, phase), runner,
+                                                        0 if calls_per_sample else cell.single_calls,
+                                                        cell.amortise_fixed))
                     self.restorers.extend([runner.restore] if hasattr(runner, "restore") else [])
             except Interrupted:
                 raise
@@ -320,7 +325,7 @@ class Profiler:
                 self._save(key, rows.failed_row(cell.base, exc), [], cell.label)
                 del pending[key]
                 continue
-            phases[key] = len(programs)
+            phases[key] = len(calls_per_sample)
             if cell.analyse is not None and self.request.analysis:
                 self.costs[key] = analysis.analysed(cell.analyse, cell.call, next(iter(programs)), self.analysed,
                                                     cell.signature, len(programs))

@@ -38,6 +38,9 @@ class Cell:
     call: LayerCall | None = None  # the layer call (for the shape formulas where the compiler says nothing)
     # What fixes its programs (tbs.measure.dedupe): cells that share one are measured once. None: alone.
     signature: tuple | None = None
+    # Phases timed only where a sample of the first program holds several calls: calls back to
+    # back (``overlapped``) have nothing to overlap when one call already fills a sample.
+    several_calls_only: tuple[str, ...] = ()
 
 
 def reason(exc: BaseException) -> str:

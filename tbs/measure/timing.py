@@ -225,10 +225,11 @@ class Interleaved:
         self.harness_block: list[float] = []
         self.cells: list[_Cell] = []
 
-    def add(self, key: Hashable, runner: Runner, single_calls: int = 0, amortise_fixed: bool = False) -> None:
-        """Compile, warm up and calibrate a cell now (errors are the caller's to record)."""
+    def add(self, key: Hashable, runner: Runner, single_calls: int = 0, amortise_fixed: bool = False) -> int:
+        """Compile, warm up and calibrate a cell now (errors are the caller's to record); its calls per sample."""
         iterations, first = self.timer.calibrate(runner, amortise_fixed)
         self.cells.append(_Cell(key, runner, iterations, first, single_calls))
+        return iterations
 
     @property
     def overhead(self) -> HarnessOverhead:
@@ -246,7 +247,10 @@ class Interleaved:
     def _finish(self, cell: _Cell, status: str, note: str = "") -> Measurement:
         m = Measurement(iterations=cell.iterations, raw_seconds=cell.raw, overhead=self.overhead,
                         first_call_seconds=0.0, status=status, note=note)
-        for _ in range(0 if note else cell.single_calls):
+        if cell.iterations == 1 and cell.single_calls:
+            # Every sample already was one call (runner(1)): timing more single calls would repeat them.
+            m.single_call_seconds = list(cell.raw)
+        for _ in range(0 if note or cell.iterations == 1 else cell.single_calls):
             m.single_call_seconds.append(self.timer.timed(cell.runner, 1))
         steady = m.summary().median_s + m.overhead.per_call_seconds + m.overhead.per_iteration_seconds
         m.first_call_seconds = max(cell.first_call_seconds - steady, 0.0)

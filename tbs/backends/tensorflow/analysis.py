@@ -35,18 +35,18 @@ def program_cost(device_name: str, kind: str, call: Callable[..., Any], tensors:
     try:
         with tf.device(device_name):
             ir = compiled.experimental_get_compiler_ir(*tensors)
-            text = ir(stage="hlo")
             # The CPU's program is compiled again from the unoptimised HLO (the optimised one's layouts
-            # do not round-trip); an accelerator's optimised HLO is TensorFlow's own compile for it.
-            program = ir(stage="hlo_serialized") if kind == "cpu" else ir(stage="optimized_hlo")
+            # do not round-trip), which is also counted as it is: each stage asked is one more lowering.
+            # An accelerator's optimised HLO is TensorFlow's own compile for it.
+            unoptimised = ir(stage="hlo_serialized" if kind == "cpu" else "hlo")
+            optimised = None if kind == "cpu" else ir(stage="optimized_hlo")
     except Exception as exc:  # XLA cannot compile it (string ops): TensorFlow's own statistics
         return graph_cost(call, tensors, f"XLA cannot compile it ({_first_line(exc)})")
     try:
-        before = xla.hlo_text_cost(text)
         if kind == "cpu":
-            after, memory = xla.hlo_compiled(program)
+            before, after, memory = xla.hlo_compiled(unoptimised)
         else:
-            after, memory = xla.hlo_text_cost(program), None
+            before, after, memory = xla.hlo_text_cost(unoptimised), xla.hlo_text_cost(optimised), None
     except Exception as exc:  # XLA's analysis is unavailable here (jaxlib missing or changed)
         return graph_cost(call, tensors, f"XLA's cost analysis is unavailable ({_first_line(exc)})")
     reason = "" if memory else "no memory analysis of an accelerator's program through TensorFlow"
