@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import shutil
 import sys
 import tempfile
@@ -138,7 +139,11 @@ def measure(models: list[str], batches: list[int]) -> list[dict]:
 
 
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3f} ms"
+    return "–" if math.isnan(seconds) else f"{seconds * 1e3:.3f} ms"
+
+
+def _ratio(a: float, b: float) -> str:
+    return "–" if math.isnan(a / b) else f"{a / b:.2f}"
 
 
 def _near(a: float, b: float) -> bool:
@@ -151,7 +156,9 @@ def why(r: dict) -> str:
     if _near(one, plain):
         return "agree within 10%"
     parts = []
-    if _near(overlapped, plain):
+    if math.isnan(overlapped):
+        parts.append("one call fills a sample, so tbs does not time calls back to back")
+    elif _near(overlapped, plain):
         parts.append(f"the plain loop overlaps independent calls ({one / overlapped:.2g}x one call's throughput); "
                      f"tbs's calls-back-to-back figure matches it")
     else:
@@ -180,9 +187,9 @@ def table(rows: list[dict]) -> str:
     ]
     for r in rows:
         lines.append("| " + " | ".join([
-            r["model"], str(r["batch"]), _ms(r["tbs_s"]), _ms(r["plain_s"]), f"{r['tbs_s'] / r['plain_s']:.2f}",
-            _ms(r["tbs_overlapped_s"]), f"{r['tbs_overlapped_s'] / r['plain_s']:.2f}", _ms(r["plain_sequential_s"]),
-            f"{r['tbs_s'] / r['plain_sequential_s']:.2f}", _ms(r["python_loop_s"]), why(r)]) + " |")
+            r["model"], str(r["batch"]), _ms(r["tbs_s"]), _ms(r["plain_s"]), _ratio(r["tbs_s"], r["plain_s"]),
+            _ms(r["tbs_overlapped_s"]), _ratio(r["tbs_overlapped_s"], r["plain_s"]), _ms(r["plain_sequential_s"]),
+            _ratio(r["tbs_s"], r["plain_sequential_s"]), _ms(r["python_loop_s"]), why(r)]) + " |")
     return "\n".join(lines)
 
 

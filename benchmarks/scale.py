@@ -150,20 +150,23 @@ def table(results: dict[str, dict]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("cases", nargs="*", default=list(CASES), choices=list(CASES))
+    parser.add_argument("cases", nargs="*", help=f"the cases to run, of {', '.join(CASES)} (default: all)")
     parser.add_argument("--full", action="store_true", help="also profile with --no-dedupe and compare")
     parser.add_argument("--out", type=Path, default=None, help="also write the table (markdown) here")
     parser.add_argument("--reuse", action="store_true", help="re-render the saved rows instead of measuring")
     parser.add_argument("--keep", type=Path, default=None, help="keep the profiles in this directory")
     parser.add_argument("--batch", default=None, help="batch sizes instead of the case's own")
     args = parser.parse_args()
+    unknown = [case for case in args.cases if case not in CASES]
+    if unknown:  # checked here: argparse's choices refuse an empty list of positionals on Python 3.11
+        parser.error(f"unknown case {unknown[0]!r}; choose from {', '.join(CASES)}")
     saved = ROWS / "scale.json"
     results = json.loads(saved.read_text()) if saved.exists() else {}
     if not args.reuse:
         root = args.keep or Path(tempfile.mkdtemp(prefix="tbs-scale-"))
         root.mkdir(parents=True, exist_ok=True)
         try:
-            for case in args.cases:
+            for case in args.cases or list(CASES):
                 model = build(case, root)
                 spec = dict(CASES[case], **({"batches": args.batch} if args.batch else {}))
                 data = (["--input", str(token_inputs(root, spec["sequence"]))] if "sequence" in spec else [])

@@ -31,9 +31,14 @@ def with_intervals(frame: pd.DataFrame) -> pd.DataFrame:
 
 def winner(cells: pd.DataFrame, objective: str = "time") -> dict[str, object]:
     """The fastest (or cheapest) device of one layer x batch, or a tie when CIs overlap."""
+    return _winner(with_intervals(cells), objective)
+
+
+def _winner(cells: pd.DataFrame, objective: str) -> dict[str, object]:
+    """``winner`` of cells that already carry their intervals (``with_intervals``)."""
     column, low, high = (("per_sample_s", "ci_low_per_sample_s", "ci_high_per_sample_s") if objective == "time"
                          else ("cost_per_sample_usd", "ci_low_cost_usd", "ci_high_cost_usd"))
-    usable = _usable(with_intervals(cells), column).sort_values(column)
+    usable = _usable(cells, column).sort_values(column)
     if usable.empty:
         return {"device": None, "tie": False, "devices": [], "label": "no data"}
     best = usable.iloc[0]
@@ -48,9 +53,9 @@ def winner(cells: pd.DataFrame, objective: str = "time") -> dict[str, object]:
 
 def winners(summary: pd.DataFrame, objective: str = "time") -> pd.DataFrame:
     """One row per layer x batch size: the winner (or tie) for the objective."""
-    rows = []
-    for (layer, batch), cells in summary.groupby(["layer", "batch_size"], sort=False):
-        rows.append({"layer": layer, "batch_size": batch, **winner(cells, objective)})
+    rows = []  # the intervals once for the whole table: per group they were most of a large model's report
+    for (layer, batch), cells in with_intervals(summary).groupby(["layer", "batch_size"], sort=False):
+        rows.append({"layer": layer, "batch_size": batch, **_winner(cells, objective)})
     return pd.DataFrame(rows, columns=["layer", "batch_size", "device", "tie", "devices", "label"])
 
 
