@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from tbs.measure.timing import TimingConfig
+from tbs.schema import MODEL_LAYER, CellKey
 
 TRACE_ESTIMATE_S = 0.15  # tracing + Grappler for one small tf.function on this class of machine
 CALIBRATION_BLOCKS = 3  # first call, single call, iteration probes
@@ -66,8 +67,27 @@ class WorkEstimate:
     def cell_seconds(self, call_seconds: float, samples: int | None = None, target: str = "layer") -> float:
         blocks = (samples or self.config.min_samples) * HARNESS_SHARE + CALIBRATION_BLOCKS
         # A model's single calls are timed apart only where a sample holds several calls.
-        extra = self.single_calls * call_seconds if target == "model" and call_seconds < self.config.min_block_seconds else 0.0
+        several = call_seconds < self.config.min_block_seconds
+        extra = self.single_calls * call_seconds if target == "model" and several else 0.0
         return TRACE_ESTIMATE_S + blocks * max(self.config.min_block_seconds, call_seconds) + extra
+
+    def seed(self, calls: Sequence[Any], first_batch: int, batch_sizes: Iterable[int], devices: Iterable[str],
+             mode: str, phases: int, is_done: Callable[[tuple], bool]) -> None:
+        """Guess every unmeasured cell from the eager capture's seconds per call at ``first_batch``.
+
+        ``phases`` programs per cell (a training cell times forward, backward and update).
+        """
+        eager_s = sum(c.eager_seconds for c in calls)
+        for batch in batch_sizes:
+            scale = batch / first_batch * phases
+            for device in devices:
+                for call in calls:
+                    key = CellKey.of("layer", call.name, device, batch, mode)
+                    if not is_done(key):
+                        self.guess(key, call.eager_seconds * scale)
+                key = CellKey.of("model", MODEL_LAYER, device, batch, mode)
+                if not is_done(key):
+                    self.guess(key, eager_s * scale)
 
     def guess(self, key: tuple, call_seconds: float) -> None:
         """Estimate a cell from a rough per-call time (the eager capture pass)."""

@@ -56,21 +56,6 @@ class Profiler:
         # Representative cell -> the cells that share its programs (their keys and row identities).
         self.followers: dict[tuple, list[tuple[tuple, dict[str, Any]]]] = {}
 
-    # ----- estimates for an honest ETA -------------------------------------------------
-    def _seed_estimates(self, first: Capture, first_batch: int) -> None:
-        r = self.request
-        phases = 3 if r.training else 1  # a training cell times forward, backward and update
-        for batch in r.batch_sizes:
-            scale = batch / first_batch
-            for device in r.devices:
-                for call in first.calls:
-                    key = CellKey.of("layer", call.name, device.name, batch, r.mode)
-                    if not self.store.is_done(key):
-                        self.eta.guess(key, call.eager_seconds * scale * phases)
-                key = CellKey.of("model", MODEL_LAYER, device.name, batch, r.mode)
-                if not self.store.is_done(key):
-                    self.eta.guess(key, sum(c.eager_seconds for c in first.calls) * scale * phases)
-
     def _share(self, pending: dict[tuple, Cell]) -> None:
         """Cells that repeat an earlier one's programs leave ``pending``: the representative's row is theirs too."""
         shared = find_shared(pending, lambda key: pending[key].signature)
@@ -117,21 +102,11 @@ class Profiler:
             self.harnesses[device.name] = device.harness(self.request.xla)
         return self.harnesses[device.name]
 
-    def _time_copy(self, device: Device, host_inputs: Any) -> float:
-        times = []
-        for _ in range(7):
-            start = self.timer.clock()
-            placed = device.place(host_inputs)
-            device.sync()
-            times.append(self.timer.clock() - start)
-            del placed
-        return float(np.median(times))
-
     def _capture(self, device: Device, batch: int) -> tuple[Capture, Any, float, int]:
         r = self.request
         model = r.model_on(device)
         host_inputs = structure_inputs(model, r.host_inputs(batch), r.specs)
-        copy_seconds = self._time_copy(device, host_inputs)
+        copy_seconds = float(np.median(transfers.timed_copies(device, host_inputs, clock=self.timer.clock)))
         inputs = device.place(host_inputs)
         input_bytes = sum(tensor_bytes(x) for x in r.tensors_fn(inputs))
         with device.scope():
@@ -203,7 +178,8 @@ class Profiler:
             fit_to_outputs(r.training_setup, first[0].outputs)  # a loss that does not fit: one line, before any timing
         if first is not None:
             record_structure(self.store, first[0], batches[0], self._training_setup)
-            self._seed_estimates(first[0], batches[0])
+            self.eta.seed(first[0].calls, batches[0], r.batch_sizes, [d.name for d in r.devices], r.mode,
+                          3 if r.training else 1, self.store.is_done)
             self.activation_bytes_per_sample = (
                 sum(c.output_bytes for c in first[0].calls) + first[3]) / batches[0]
         self._measure_transfers()
@@ -311,21 +287,14 @@ class Profiler:
             self.progress.describe(f"warming up {cell.label}")
             try:
                 programs = cell.programs()
-                calls_per_sample: list[int] = []  # of each program added; single calls: of the first
-                for phase, runner in programs.items():
-                    if calls_per_sample[:1] == [1] and phase in cell.several_calls_only:
-                        continue
-                    calls_per_sample.append(sampler.add((key, phase), runner,
-                                                        0 if calls_per_sample else cell.single_calls,
-                                                        cell.amortise_fixed))
-                    self.restorers.extend([runner.restore] if hasattr(runner, "restore") else [])
+                added = self._add_programs(sampler, key, cell, programs)
             except Interrupted:
                 raise
             except Exception as exc:  # a failing layer is recorded and the run goes on
                 self._save(key, rows.failed_row(cell.base, exc), [], cell.label)
                 del pending[key]
                 continue
-            phases[key] = len(calls_per_sample)
+            phases[key] = added
             if cell.analyse is not None and self.request.analysis:
                 self.costs[key] = analysis.analysed(cell.analyse, cell.call, next(iter(programs)), self.analysed,
                                                     cell.signature, len(programs))
@@ -334,6 +303,23 @@ class Profiler:
             if key.target == "model" and device.kind != "cpu":
                 self.peaks[key] = lambda runner=next(iter(programs.values())): measured_peak(device, runner)
         return phases
+
+    def _add_programs(self, sampler: Interleaved, key: tuple, cell: Cell, programs: dict[str, Runner]) -> int:
+        """Calibrate the cell's programs into ``sampler`` (single calls: of the first); how many were added.
+
+        A ``several_calls_only`` phase is left out where one call of the first program fills a sample.
+        """
+        first_iterations: int | None = None
+        added = 0
+        for phase, runner in programs.items():
+            if first_iterations == 1 and phase in cell.several_calls_only:
+                continue
+            iterations = sampler.add((key, phase), runner, cell.single_calls if first_iterations is None else 0,
+                                     cell.amortise_fixed)
+            first_iterations = iterations if first_iterations is None else first_iterations
+            added += 1
+            self.restorers.extend([runner.restore] if hasattr(runner, "restore") else [])
+        return added
 
     def _measure_group(self, device: Device, batch: int, cap: Capture, inputs: Any, copy_seconds: float,
                        input_bytes: int, model_key: tuple) -> None:

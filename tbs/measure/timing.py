@@ -247,11 +247,10 @@ class Interleaved:
     def _finish(self, cell: _Cell, status: str, note: str = "") -> Measurement:
         m = Measurement(iterations=cell.iterations, raw_seconds=cell.raw, overhead=self.overhead,
                         first_call_seconds=0.0, status=status, note=note)
-        if cell.iterations == 1 and cell.single_calls:
-            # Every sample already was one call (runner(1)): timing more single calls would repeat them.
-            m.single_call_seconds = list(cell.raw)
-        for _ in range(0 if note or cell.iterations == 1 else cell.single_calls):
-            m.single_call_seconds.append(self.timer.timed(cell.runner, 1))
+        if cell.iterations == 1:  # every sample already was one call (runner(1)): timing more would repeat them
+            m.single_call_seconds = list(cell.raw) if cell.single_calls else []
+        elif not note:
+            m.single_call_seconds = [self.timer.timed(cell.runner, 1) for _ in range(cell.single_calls)]
         steady = m.summary().median_s + m.overhead.per_call_seconds + m.overhead.per_iteration_seconds
         m.first_call_seconds = max(cell.first_call_seconds - steady, 0.0)
         return m

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
@@ -44,6 +45,19 @@ def fit_line(nbytes: list[float], seconds: list[float]) -> TransferFit:
     return TransferFit(max(float(alpha), 0.0), max(float(beta), 0.0))
 
 
+def timed_copies(dst: Device, source: Any, repeats: int = REPEATS,
+                 clock: Callable[[], float] = time.perf_counter) -> list[float]:
+    """Seconds of each of ``repeats`` copies of ``source`` (an array or a model's inputs) onto ``dst``, synchronised."""
+    seconds = []
+    for _ in range(repeats):
+        start = clock()
+        copied = dst.place(source)
+        dst.sync()
+        seconds.append(clock() - start)
+        del copied
+    return seconds
+
+
 def measure(devices: list[Device], host: Device, sizes: tuple[int, ...] = SIZES_BYTES,
             repeats: int = REPEATS) -> tuple[list[dict[str, object]], dict[str, TransferFit]]:
     """Time copies between every ordered pair of distinct devices (the host included)."""
@@ -61,12 +75,7 @@ def measure(devices: list[Device], host: Device, sizes: tuple[int, ...] = SIZES_
                 for _ in range(2):  # warm-up: allocators, first-copy setup
                     dst.place(source)
                     dst.sync()
-                for i in range(repeats):
-                    start = time.perf_counter()
-                    copied = dst.place(source)
-                    dst.sync()
-                    seconds = time.perf_counter() - start
-                    del copied
+                for i, seconds in enumerate(timed_copies(dst, source, repeats)):
                     rows.append({"src": src.name, "dst": dst.name, "bytes": size, "sample": i, "seconds": seconds})
                     xs.append(size)
                     ys.append(seconds)

@@ -227,7 +227,7 @@ def predict_frame(frame: pd.DataFrame, model: GpuModel, shapes: dict[str, np.nda
                         np.where(conv, model.conv_framework_overhead_s, model.framework_overhead_s), 0.0) \
         if "framework_overhead" in frame else 0.0
     seconds = overhead + np.select([kind == MEMORY, kind == RECURRENT], [model.launch_s + memory, recurrent], matmul)
-    return seconds * np.exp(_architecture_scale(frame, model) + _size_correction(frame, model))
+    return seconds * np.exp(_offset_log_scale(frame, model) + _size_correction(frame, model))
 
 
 def _size(frame: pd.DataFrame) -> np.ndarray:
@@ -263,7 +263,8 @@ def _group(kind: np.ndarray) -> np.ndarray:
     return np.where(kind == MEMORY, "memory", "compute")
 
 
-def _architecture_scale(frame: pd.DataFrame, model: GpuModel) -> np.ndarray:
+def _offset_log_scale(frame: pd.DataFrame, model: GpuModel) -> np.ndarray:
+    """Each row's architecture offset, plus its source's where the frame says which source timed it."""
     groups = _group(frame["kind"].to_numpy())
     out = np.zeros(len(frame))
     for column, scales in (("architecture", model.architecture_log_scale), ("source", model.source_log_scale)):
