@@ -234,3 +234,19 @@ def test_calls_back_to_back_and_single_calls_are_timed_apart_only_where_a_sample
     assert len(short_singles) >= 5  # calibration's first call and the single calls after sampling
     for batch in (2, 64):  # either way the dispatch overhead is one call's harness cost
         assert model.dispatch_overhead_s[batch] == pytest.approx(HARNESS_CALL_S + HARNESS_ITERATION_S, rel=1e-6)
+
+
+@pytest.mark.parametrize("headroom_bytes, collections", [(1, 4), (10**18, 0)])
+def test_garbage_is_collected_between_groups_only_where_their_programs_hold_memory_that_matters(
+        tmp_path, monkeypatch, headroom_bytes, collections):
+    """A full collection costs ~0.2 s with TensorFlow loaded: worth it for big activations, not tiny ones."""
+    import gc
+
+    from tbs.measure import profiler
+
+    counted: list[int] = []
+    monkeypatch.setattr(profiler, "memory_headroom_bytes", lambda: headroom_bytes)
+    monkeypatch.setattr(gc, "collect", lambda *a: counted.append(1) or 0)
+    clock = FakeClock()
+    profile = fake_profile(tmp_path, chain(*LAYERS), make_devices(clock), batch_sizes=BATCHES)
+    assert profile.complete and len(counted) == collections  # 2 batches x 2 devices: after each group, or never

@@ -92,3 +92,20 @@ def test_probe_sees_a_default_while_loop_overlap_calls():
     plain(tf.constant(CALLS), x).numpy()
     assert probe.calls == CALLS
     assert probe.most_at_once >= 2
+
+
+def test_the_blocked_program_traces_the_call_as_keras_compiles_it_without_autograph():
+    """Keras 3's own predict and train steps are ``do_not_convert``: tbs traces a layer the same way
+    (and skips autograph's conversion of every call inside it, most of a small layer's trace)."""
+    from tensorflow.python.autograph.core import ag_ctx
+
+    seen = []
+
+    def call(x):
+        seen.append(ag_ctx.control_status_ctx().status)
+        return x * 2.0
+
+    device = discover().devices[0]
+    for xla in (False, True):
+        device.compile_blocked(call, [tf.constant(np.ones((2, 2), np.float32))], xla)(1)
+    assert seen and ag_ctx.Status.ENABLED not in seen, seen

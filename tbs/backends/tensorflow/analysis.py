@@ -31,7 +31,7 @@ def program_cost(device_name: str, kind: str, call: Callable[..., Any], tensors:
     """On a CPU one compile of the HLO gives the optimised counts and the memory; on an accelerator
     TensorFlow's own optimised HLO gives the counts, and the memory is not known."""
     tf = _tensorflow()
-    compiled = tf.function(call, jit_compile=True)
+    compiled = tf.function(call, jit_compile=True, autograph=False)
     try:
         with tf.device(device_name):
             ir = compiled.experimental_get_compiler_ir(*tensors)
@@ -56,7 +56,7 @@ def program_cost(device_name: str, kind: str, call: Callable[..., Any], tensors:
 def graph_cost(call: Callable[..., Any], tensors: list[Any], why: str) -> ProgramCost:
     """FLOPs from the ops' registered statistics (MatMul, Conv2D...); bytes are not counted there."""
     tf = _tensorflow()
-    graph = tf.function(call).get_concrete_function(*tensors).graph
+    graph = tf.function(call, autograph=False).get_concrete_function(*tensors).graph
     options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
     options["output"] = "none"
     stats = tf.compat.v1.profiler.profile(graph=graph, options=options)

@@ -12,6 +12,10 @@ parallel_iterations=1 matters (issue 11, tests/test_tf_runner.py): a plain
 on each other then overlap -- on lm_imdb the next call's single-threaded string
 ops run on a second core, so a plain loop reports about 0.7x of one call's time.
 That is throughput of overlapped calls, not what one forward pass takes.
+
+Programs are traced without autograph, as Keras 3 compiles its own predict and train
+steps (``do_not_convert``): a layer is the graph model.fit would run, and its trace
+skips converting every call inside it (most of a small layer's trace time).
 """
 
 from __future__ import annotations
@@ -98,11 +102,11 @@ class TFDevice(Device):
         def compiled(step: Callable[..., Any]) -> Callable[..., Any]:
             # With XLA, the call is its own XLA computation launched every iteration; compiling
             # the loop too would let XLA hoist the loop-invariant call out of it.
-            return tf.function(step, jit_compile=True) if xla else step
+            return tf.function(step, jit_compile=True, autograph=False) if xla else step
 
         plain = compiled(call)
 
-        @tf.function(jit_compile=False)
+        @tf.function(jit_compile=False, autograph=False)
         def blocked(n: Any, *args: Any) -> Any:
             if before_loop is None:
                 iteration = lambda: plain(*args)  # noqa: E731

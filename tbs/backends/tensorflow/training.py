@@ -210,7 +210,7 @@ def residual_bytes(call: Callable[..., Any], tensors: list[Any], trainable: list
         found["bytes"] = _kept_bytes(graph, forward, {t.name for t in args}, {t.name for t in cots})
         return grads
 
-    tf.function(traced).get_concrete_function(list(tensors), list(cotangents))
+    tf.function(traced, autograph=False).get_concrete_function(list(tensors), list(cotangents))
     return found["bytes"]
 
 
