@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -33,13 +34,6 @@ from tbs.backends.jax.discovery import discover  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _tbs(*args: str, logical_cpus: int = 1, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TBS_LOGICAL_CPUS=str(logical_cpus))
-    env.pop("KERAS_BACKEND", None)
-    return subprocess.run([sys.executable, "-m", "tbs", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout, cwd=ROOT)
-
-
 def _mlp() -> keras.Model:
     inputs = keras.Input((512,), name="x")
     x = inputs
@@ -49,19 +43,41 @@ def _mlp() -> keras.Model:
     return keras.Model(inputs, layers.Dense(10, name="head")(x), name="mlp")
 
 
+CLI_SCRIPT = r"""
+import json, sys
+from click.testing import CliRunner
+from tbs.cli import cli
+runs = [CliRunner().invoke(cli, args) for args in json.loads(sys.argv[1])]
+print("RESULT" + json.dumps([{"code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr} for r in runs]))
+"""
+
+
 @pytest.fixture(scope="module")
-def jax_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """One JAX profile of an MLP on two logical CPUs, one of a string model; a TF profile of the MLP."""
+def jax_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One JAX process on two logical CPUs, through the CLI: a profile of an MLP on both, one of a string model
+    on cpu:0, and ``recommend --verify`` of the MLP's; and a TF profile of the MLP here."""
     root = tmp_path_factory.mktemp("jax")
     mlp, text = _pickle(_mlp(), root / "mlp.pkl"), _pickle(text_model(), root / "text.pkl")
-    dirs = {"mlp": root / "mlp_jax", "text": root / "text_jax", "mlp_tf": root / "mlp_tf"}
-    done = _tbs("profile", str(mlp), "--backend", "jax", "--batch", "32", "--cost", "cpu:0=1,cpu:1=2",
-                "--out", str(dirs["mlp"]), "--min-samples", "5", "--max-cell-seconds", "0.3", "--min-span-seconds", "0",
-                "--no-analysis", "--no-dedupe", logical_cpus=2)  # JAX's analysis: test_training.py's JAX profile,
-    # test_analysis.py; each Dense measured on its own, so Σ against the whole is three measurements, not one
-    assert done.returncode == 0, done.stderr
-    done = _tbs("profile", str(text), "--backend", "jax", "--batch", "4", "--out", str(dirs["text"]), *FAST)
-    assert done.returncode == 0, done.stderr
+    dirs: dict[str, Any] = {"mlp": root / "mlp_jax", "text": root / "text_jax", "mlp_tf": root / "mlp_tf"}
+    commands = [
+        # JAX's analysis: test_training.py's JAX profile, test_analysis.py; each Dense measured on its
+        # own, so Σ against the whole is three measurements, not one.
+        ["profile", str(mlp), "--backend", "jax", "--batch", "32", "--cost", "cpu:0=1,cpu:1=2", "--out",
+         str(dirs["mlp"]), "--min-samples", "5", "--max-cell-seconds", "0.3", "--min-span-seconds", "0",
+         "--no-analysis", "--no-dedupe"],
+        ["profile", str(text), "--backend", "jax", "--batch", "4", "--devices", "cpu:0", "--out", str(dirs["text"]),
+         *FAST],
+        ["recommend", str(dirs["mlp"]), "--objective", "time", "--verify"],
+    ]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TBS_LOGICAL_CPUS="2")
+    env.pop("KERAS_BACKEND", None)
+    done = subprocess.run([sys.executable, "-c", CLI_SCRIPT, json.dumps(commands)], capture_output=True, text=True,
+                          env=env, timeout=300, cwd=ROOT)
+    assert done.returncode == 0 and "RESULT" in done.stdout, done.stderr[-3000:]
+    runs = json.loads(done.stdout.split("RESULT", 1)[1])
+    for command, run in zip(commands, runs):
+        assert run["code"] == 0, (command[:2], run["stdout"][-2000:], run["stderr"][-2000:])
+    dirs["verify"] = runs[2]["stdout"]
     result = CliRunner().invoke(cli, ["profile", str(mlp), "--batch", "32", "--out", str(dirs["mlp_tf"]), *FAST])
     assert result.exit_code == 0, result.output
     return dirs
@@ -122,7 +138,7 @@ def test_string_tensors_make_a_call_unsupported() -> None:
     assert device.unsupported_reason([np.zeros(3)]) is None
 
 
-def test_jax_profile_records_backend_and_measures_every_layer(jax_dirs: dict[str, Path]) -> None:
+def test_jax_profile_records_backend_and_measures_every_layer(jax_dirs: dict[str, Any]) -> None:
     meta = json.loads((jax_dirs["mlp"] / "metadata.json").read_text())
     assert meta["backend"] == "jax" and meta["status"] == "complete"
     assert "jax" in meta["versions"] and meta["settings"]["xla_jit_compile"].startswith("always")
@@ -139,14 +155,14 @@ def test_jax_profile_records_backend_and_measures_every_layer(jax_dirs: dict[str
     assert len(samples) >= summary["n"].sum()
 
 
-def test_jax_layer_sum_matches_the_whole_compiled_model(jax_dirs: dict[str, Path]) -> None:
+def test_jax_layer_sum_matches_the_whole_compiled_model(jax_dirs: dict[str, Any]) -> None:
     model = pd.read_csv(jax_dirs["mlp"] / "model.csv")
     for _, row in model.iterrows():
         ratio = row["layers_sum_s"] / row["median_s"]
         assert 0.6 < ratio < 1.6, (row["device"], ratio)
 
 
-def test_string_layers_are_unsupported_on_jax_with_the_reason(jax_dirs: dict[str, Path]) -> None:
+def test_string_layers_are_unsupported_on_jax_with_the_reason(jax_dirs: dict[str, Any]) -> None:
     summary = pd.read_csv(jax_dirs["text"] / "summary.csv")
     strings = summary["layer_type"] == "TextVectorization"  # its name depends on earlier tests' models
     assert strings.sum() == 1
@@ -157,7 +173,7 @@ def test_string_layers_are_unsupported_on_jax_with_the_reason(jax_dirs: dict[str
     assert model["status"].tolist() == ["unsupported"]
 
 
-def test_report_merges_tf_and_jax_profiles_side_by_side(jax_dirs: dict[str, Path], tmp_path: Path) -> None:
+def test_report_merges_tf_and_jax_profiles_side_by_side(jax_dirs: dict[str, Any], tmp_path: Path) -> None:
     out = tmp_path / "merged.html"
     result = CliRunner().invoke(cli, ["report", str(jax_dirs["mlp_tf"]), str(jax_dirs["mlp"]), "-o", str(out)])
     assert result.exit_code == 0, result.output
@@ -172,11 +188,9 @@ def test_report_merges_tf_and_jax_profiles_side_by_side(jax_dirs: dict[str, Path
     assert per_layer["cost_per_sample_usd"].notna().all()  # 'cpu' prices every backend's CPU
 
 
-def test_recommend_verify_runs_a_jax_placement(jax_dirs: dict[str, Path]) -> None:
-    done = _tbs("recommend", str(jax_dirs["mlp"]), "--objective", "time", "--verify", logical_cpus=2)
-    assert done.returncode == 0, done.stderr
-    assert "Verified by running it" in done.stdout
-    assert "5 of 5 layers ran their ops on the device they were placed on" in done.stdout
+def test_recommend_verify_runs_a_jax_placement(jax_dirs: dict[str, Any]) -> None:
+    assert "Verified by running it" in jax_dirs["verify"]
+    assert "5 of 5 layers ran their ops on the device they were placed on" in jax_dirs["verify"]
 
 
 def test_devices_lists_each_backend() -> None:

@@ -8,6 +8,10 @@ import sys
 import time
 
 import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from tbs.cli import cli
 
 from tbs.schema import ROOFLINE_COLUMNS
 
@@ -56,18 +60,24 @@ def test_sigint_then_resume(seq_pkl, tmp_path):
     assert "batch 64" in done.stdout
 
 
-def test_two_logical_devices_profile_side_by_side(seq_pkl, tmp_path):
-    """Every device gets its own copy of the model and its own cells; the table marks the winners."""
-    out = tmp_path / "p"
-    env = dict(os.environ, TBS_LOGICAL_CPUS="2")
+@pytest.fixture(scope="module")
+def two_cpus(seq_pkl, tmp_path_factory):
+    """One profile on two logical CPUs (a process of its own: logical devices are made at TensorFlow's start)."""
+    out = tmp_path_factory.mktemp("two_cpus") / "p"
     done = subprocess.run(_tbs("profile", seq_pkl, "--out", out, "--batch", "4", *FAST, "--cost", "cpu:0=1,cpu:1=2"),
-                          capture_output=True, text=True, env=env, timeout=300)
+                          capture_output=True, text=True, env=dict(os.environ, TBS_LOGICAL_CPUS="2"), timeout=300)
     assert done.returncode == 0, done.stderr
+    return out, done.stdout
+
+
+def test_two_logical_devices_profile_side_by_side(two_cpus):
+    """Every device gets its own copy of the model and its own cells; the table marks the winners."""
+    out, stdout = two_cpus
     summary = pd.read_csv(out / "summary.csv")
     assert sorted(summary["device"].unique()) == ["cpu:0", "cpu:1"]
     assert len(summary) == 2 * 3
     assert set(summary[summary["device"] == "cpu:1"]["usd_per_hour"]) == {2.0}
-    assert "* fastest  $ cheapest" in done.stdout and "$" in done.stdout
+    assert "* fastest  $ cheapest" in stdout and "$" in stdout
     assert len(pd.read_csv(out / "model.csv")) == 2
     fits = json.loads((out / "metadata.json").read_text())["transfers"]
     assert set(fits) == {"cpu:0->cpu:1", "cpu:1->cpu:0"}
@@ -78,21 +88,16 @@ def test_two_logical_devices_profile_side_by_side(seq_pkl, tmp_path):
     assert set(copies["bytes"]) == {4096, 262144, 4194304, 33554432}
 
 
-def test_recommend_verify_on_two_logical_devices(seq_pkl, tmp_path):
-    out = tmp_path / "p"
-    env = dict(os.environ, TBS_LOGICAL_CPUS="2")
-    done = subprocess.run(_tbs("profile", seq_pkl, "--out", out, "--batch", "8", *FAST), capture_output=True,
-                          text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr
+def test_recommend_verify_on_two_logical_devices(two_cpus):
+    out, _ = two_cpus
     verified = subprocess.run(_tbs("recommend", out, "--objective", "time", "--verify"), capture_output=True,
-                              text=True, env=env, timeout=300)
+                              text=True, env=dict(os.environ, TBS_LOGICAL_CPUS="2"), timeout=300)
     assert verified.returncode == 0, verified.stderr
     assert "Verified by running it" in verified.stdout and "Verdict:" in verified.stdout
     assert "3 of 3 layers ran their ops on the device they were placed on" in verified.stdout
-    missing = subprocess.run(_tbs("recommend", out, "--objective", "time", "--verify"), capture_output=True,
-                             text=True, timeout=300,
-                             env=dict(os.environ, TBS_LOGICAL_CPUS="1"))
-    assert missing.returncode == 2 and "not on this machine" in missing.stderr
+    # This process has one logical CPU: the profile's second device is not here.
+    missing = CliRunner().invoke(cli, ["recommend", str(out), "--objective", "time", "--verify"])
+    assert missing.exit_code == 2 and "not on this machine" in missing.stderr
 
 
 def _measuring(out):
@@ -119,9 +124,9 @@ def test_a_second_run_on_a_profile_being_measured_is_refused(seq_pkl, tmp_path):
         assert second.returncode == 2, second.stderr
         assert f"is being measured by tbs process {first.pid}" in second.stderr
         assert len(second.stderr.strip().splitlines()) == 1 and "Traceback" not in second.stderr
-        elsewhere = subprocess.run(_tbs("profile", seq_pkl, "--out", tmp_path / "q", "--batch", "2", *FAST),
-                                   capture_output=True, text=True, timeout=120)
-        assert elsewhere.returncode == 0, elsewhere.stderr
+        elsewhere = CliRunner().invoke(cli, ["profile", str(seq_pkl), "--out", str(tmp_path / "q"), "--batch", "2",
+                                             *FAST])
+        assert elsewhere.exit_code == 0, elsewhere.output
         assert f"another tbs run is measuring on this machine (process {first.pid} measuring {out})" in elsewhere.stderr
     finally:
         first.send_signal(signal.SIGINT)
