@@ -307,3 +307,29 @@ def test_a_device_that_cannot_be_predicted_saves_rows_the_profile_still_loads_wi
     assert saved["reason"].str.contains("not predicted: cpu:0 has no calibration").all()
     report = runner.invoke(cli, ["report", str(tmp_path / "p"), "--format", "text"])
     assert report.exit_code == 0, report.output
+
+
+def test_a_devices_matmul_and_stream_are_sampled_together_and_share_one_minimum_span():
+    """Calibrated one after the other, each program waited out its own 2 s span: 4 s of every profile."""
+    from tbs.backends.base import CalibrationProgram
+    from tbs.measure.calibrate import calibrate
+    from tbs.measure.timing import Timer, TimingConfig
+
+    now = [0.0]
+
+    def program(name: str, seconds: float) -> CalibrationProgram:
+        def runner(n: int) -> None:
+            now[0] += n * seconds
+        return CalibrationProgram(name, "float32", runner, 2e9, 1e9)
+
+    class Steady:
+        backend, name = "fake", "cpu:8"
+
+        def calibration_programs(self, dtype):
+            return [program("matmul", 0.02), program("stream", 0.01)]
+
+    config = TimingConfig(min_samples=3, min_block_seconds=0.01, min_span_seconds=2.0)
+    found = calibrate(Steady(), ["float32"], Timer(config, clock=lambda: now[0]), lambda n: None)
+    assert found["matmul_flops_per_s"]["float32"] == pytest.approx(1e11)
+    assert found["memory_bytes_per_s"] == pytest.approx(1e11)
+    assert now[0] < 2.6, now[0]  # one span of about 2 s for both, not 2 s each

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable
 
 from tbs.backends.base import Device
 from tbs.measure import rows
-from tbs.measure.timing import Interrupted, Runner, Timer
+from tbs.measure.timing import Interleaved, Interrupted, Measurement, Runner, Timer
 
 SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
 # Results per (backend, device) in this process: a ceiling does not change between runs of one process.
@@ -51,22 +51,31 @@ def calibrate(device: Device, dtypes: list[str], timer: Timer, harness: Runner) 
 
 
 def _calibrate_dtype(device: Device, dtype: str, timer: Timer, harness: Runner, with_stream: bool) -> dict[str, Any]:
+    """The dtype's programs sampled together in rounds (as cells are): they share one minimum span."""
     found: dict[str, Any] = {"programs": [], "failed": {}}
     try:
         programs = device.calibration_programs(dtype)
     except Exception as exc:  # a dtype this device cannot compute in: no ceiling for it
         found["failed"][dtype] = rows.reason(exc)
         return found
+
+    def failed(name: str, exc: BaseException) -> None:  # out of memory, a dtype the device lacks: why, and go on
+        found["failed"][f"{name} {dtype}"] = rows.reason(exc)
+
+    sampler = Interleaved(timer, harness)
     for program in programs:
         if program.name == "stream" and not with_stream:
             continue
         try:
-            seconds = timer.measure(program.runner, harness).summary(timer.config.confidence).median_s
+            sampler.add(program.name, program.runner)
         except Interrupted:
             raise
-        except Exception as exc:  # out of memory, a dtype the device lacks: no ceiling, and why; the run goes on
-            found["failed"][f"{program.name} {dtype}"] = rows.reason(exc)
-            continue
+        except Exception as exc:
+            failed(program.name, exc)
+    measured: dict[str, Measurement] = {}
+    sampler.run(on_done=measured.__setitem__, on_error=failed)
+    for program in (p for p in programs if p.name in measured):
+        seconds = measured[program.name].summary(timer.config.confidence).median_s
         if not seconds or seconds <= 0:
             found["failed"][f"{program.name} {dtype}"] = "timed as zero (below the harness's resolution)"
             continue
