@@ -17,7 +17,7 @@ DISCOVER = (
 )
 
 
-def _discover_in_subprocess(tmp_path: Path, logical_cpus: str | None) -> subprocess.CompletedProcess:
+def _discover_in_subprocess(tmp_path: Path, logical_cpus: str | None = None) -> subprocess.CompletedProcess:
     """A fresh process: TensorFlow's runtime (and its CUDA probe) starts only once per process."""
     env = {k: v for k, v in os.environ.items() if k not in ("TBS_LOGICAL_CPUS", "TF_CPP_MIN_LOG_LEVEL")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
@@ -31,14 +31,8 @@ def _native_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if "cuInit" in line or line.startswith(("E0000", "W0000", "I0000"))]
 
 
-def test_split_host_cpu_lets_no_native_line_through(tmp_path):
-    done = _discover_in_subprocess(tmp_path, "2")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "2"  # the split took effect
-    assert _native_lines(done.stderr) == []
-
-
 def test_plain_discovery_lets_no_native_line_through(tmp_path):
+    """(With the host CPU split in two: tests/test_subprocess.py's two-device profile.)"""
     done = _discover_in_subprocess(tmp_path, None)
     assert done.returncode == 0, done.stderr
     assert _native_lines(done.stderr) == []
