@@ -195,7 +195,7 @@ class Profiler:
             for device in r.devices:
                 self._run_cell_group(device, batch, first if (device is r.devices[0] and batch == batches[0]) else None)
                 first = None
-                self._release(batch)
+                self._release(device, batch)
         searched = any(c.get("tries") for c in self.store.meta.capacity.values())
         if self.saved and ("capacity" not in self.store.metadata or (r.capacity and not searched)):
             # Fitted from every finished cell, a resumed run's earlier ones included.
@@ -205,16 +205,17 @@ class Profiler:
             self.progress.advance("every cell measured", 0.0)
         self.progress.finish()
 
-    def _release(self, batch: int) -> None:
+    def _release(self, device: Device, batch: int) -> None:
         """Free the finished group's programs (reference cycles) before the next group is built.
 
         A full collection takes about 0.2 s once TensorFlow is loaded, more than a small model's
         whole group: it runs only where what the programs hold (activations, a training step's
-        residuals) is worth 1% of the memory left.
+        residuals) is worth 1% of what the device can still hold (the host's headroom for a CPU,
+        an accelerator's own memory).
         """
         held_bytes = self.activation_bytes_per_sample * batch * (3 if self.request.training else 1)
-        free_bytes = memory_headroom_bytes()
-        if free_bytes is None or held_bytes >= RELEASE_SHARE * free_bytes:
+        limit_bytes = self._memory_limit(device)
+        if not limit_bytes or held_bytes >= RELEASE_SHARE * limit_bytes:
             gc.collect()
 
     def _run_cell_group(self, device: Device, batch: int, captured: tuple | None) -> None:
