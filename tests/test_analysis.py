@@ -139,3 +139,24 @@ def test_a_tensorflow_training_profile_analyses_every_phase(tmp_path):
     assert set(p.analysis.loc[p.analysis["target"] == "model", "phase"]) == {"step"}
     row = p.summary.set_index("layer").loc["hidden"]
     assert row["flops"] == pytest.approx(hidden_phases["flops"].sum())
+
+
+def test_the_analysis_compile_at_llvm_level_0_counts_and_sizes_what_the_default_compile_does():
+    """The counts and memory come from HLO passes and buffer assignment, before code generation: compiling
+    the never-run analysis program at LLVM's level 0 (0.63x the time) must change none of them."""
+    from tbs.backends import xla
+    from tbs.backends.tensorflow.environment import tensorflow
+
+    tf = tensorflow()
+    conv, dense = layers.Conv2D(8, 3, activation="relu"), layers.Dense(16)
+    x = tf.constant(np.random.default_rng(0).random((4, 12, 12, 3), dtype=np.float32))
+
+    def program(t):
+        return dense(tf.reduce_mean(conv(t), axis=(1, 2)))
+
+    program(x)  # build
+    serialized = tf.function(program, jit_compile=True).experimental_get_compiler_ir(x)(stage="hlo_serialized")
+    default = xla.hlo_compiled(serialized, llvm_level=None)
+    assert xla.ANALYSIS_LLVM_LEVEL == 0
+    assert xla.hlo_compiled(serialized) == default
+    assert default[1]["flops"] > 0 and default[2]["temp_bytes"] is not None
