@@ -18,6 +18,31 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+CLI_SCRIPT = r"""
+import json, sys
+from click.testing import CliRunner
+from tbs.cli import cli
+runs = [CliRunner().invoke(cli, args) for args in json.loads(sys.argv[1])]
+print("RESULT" + json.dumps([{"code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr} for r in runs]))
+"""
+
+
+def cli_in_one_process(commands: list[list[str]], env: dict[str, str]) -> tuple[list[dict], str]:
+    """Run CLI commands one after another in one fresh process (one framework start-up, where a test
+    needs a process of its own: a backend, logical devices); each one's exit code and output, and the
+    process's own stderr (native log lines land there, not in the commands' captured output)."""
+    import json
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", CLI_SCRIPT, json.dumps(commands)], capture_output=True, text=True,
+                          env=dict(env, PYTHONPATH=str(ROOT)), timeout=300, cwd=ROOT)
+    assert done.returncode == 0 and "RESULT" in done.stdout, done.stderr[-3000:]
+    runs = json.loads(done.stdout.split("RESULT", 1)[1])
+    for command, run in zip(commands, runs):
+        assert run["code"] == 0, (command[:2], run["stdout"][-2000:], run["stderr"][-2000:])
+    return runs, done.stderr
+
+
 # Fast statistics for tests: the method is the same, the budgets are tiny. The compiler's analysis
 # has tests of its own (test_analysis.py, the JAX profiles); elsewhere it would only add time.
 FAST = ["--min-samples", "3", "--max-cell-seconds", "0.05", "--min-block-ms", "1", "--min-span-seconds", "0",

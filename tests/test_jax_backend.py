@@ -10,8 +10,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from conftest import FAST
+from conftest import FAST, cli_in_one_process
 from keras_models import _pickle, keras, layers, text_model
 
 jax = pytest.importorskip("jax", reason="JAX is not installed (pip install 'tbs[jax]')")
@@ -31,9 +29,6 @@ from tbs.cli import cli  # noqa: E402
 from tbs.backends.jax.device import STRINGS_UNSUPPORTED, JaxDevice  # noqa: E402
 from tbs.backends.jax.discovery import discover  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
 def _mlp() -> keras.Model:
     inputs = keras.Input((512,), name="x")
     x = inputs
@@ -41,15 +36,6 @@ def _mlp() -> keras.Model:
         x = layers.Dense(512, activation="relu", name=f"dense_{i}")(x)
     x = layers.Dropout(0.2, name="dropout")(x)  # passes its input through in inference
     return keras.Model(inputs, layers.Dense(10, name="head")(x), name="mlp")
-
-
-CLI_SCRIPT = r"""
-import json, sys
-from click.testing import CliRunner
-from tbs.cli import cli
-runs = [CliRunner().invoke(cli, args) for args in json.loads(sys.argv[1])]
-print("RESULT" + json.dumps([{"code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr} for r in runs]))
-"""
 
 
 @pytest.fixture(scope="module")
@@ -69,14 +55,9 @@ def jax_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
          *FAST],
         ["recommend", str(dirs["mlp"]), "--objective", "time", "--verify"],
     ]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TBS_LOGICAL_CPUS="2")
+    env = dict(os.environ, TBS_LOGICAL_CPUS="2")
     env.pop("KERAS_BACKEND", None)
-    done = subprocess.run([sys.executable, "-c", CLI_SCRIPT, json.dumps(commands)], capture_output=True, text=True,
-                          env=env, timeout=300, cwd=ROOT)
-    assert done.returncode == 0 and "RESULT" in done.stdout, done.stderr[-3000:]
-    runs = json.loads(done.stdout.split("RESULT", 1)[1])
-    for command, run in zip(commands, runs):
-        assert run["code"] == 0, (command[:2], run["stdout"][-2000:], run["stderr"][-2000:])
+    runs, _ = cli_in_one_process(commands, env)
     dirs["verify"] = runs[2]["stdout"]
     result = CliRunner().invoke(cli, ["profile", str(mlp), "--batch", "32", "--out", str(dirs["mlp_tf"]), *FAST])
     assert result.exit_code == 0, result.output

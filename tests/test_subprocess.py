@@ -15,7 +15,7 @@ from tbs.cli import cli
 
 from tbs.schema import ROOFLINE_COLUMNS
 
-from conftest import FAST
+from conftest import FAST, cli_in_one_process
 
 
 def _tbs(*args):
@@ -42,8 +42,8 @@ def test_sigint_then_resume(seq_pkl, tmp_path):
     assert 3 <= len(before) < 18  # some, not all, of 6 batches x 3 layers
     samples_before = pd.read_csv(out / "samples.csv")
 
-    done = subprocess.run(_tbs(*args, "--resume"), capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr
+    done = CliRunner().invoke(cli, [str(a) for a in (*args, "--resume")])  # the resume: in this process
+    assert done.exit_code == 0, done.output
     after = pd.read_csv(summary)
     assert len(after) == 18 and json.loads((out / "metadata.json").read_text())["status"] == "complete"
     # finished cells were not measured again: their rows and raw samples are unchanged
@@ -62,19 +62,20 @@ def test_sigint_then_resume(seq_pkl, tmp_path):
 
 @pytest.fixture(scope="module")
 def two_cpus(seq_pkl, tmp_path_factory):
-    """One profile on two logical CPUs (a process of its own: logical devices are made at TensorFlow's start)."""
+    """A profile on two logical CPUs and its ``recommend --verify``, in one process of their own (logical
+    devices are made at TensorFlow's start): the profile, both commands' stdout, and the process's stderr."""
     out = tmp_path_factory.mktemp("two_cpus") / "p"
-    done = subprocess.run(_tbs("profile", seq_pkl, "--out", out, "--batch", "4", *FAST, "--cost", "cpu:0=1,cpu:1=2"),
-                          capture_output=True, text=True, env=dict(os.environ, TBS_LOGICAL_CPUS="2"), timeout=300)
-    assert done.returncode == 0, done.stderr
-    return out, done.stdout, done.stderr
+    runs, stderr = cli_in_one_process(
+        [["profile", str(seq_pkl), "--out", str(out), "--batch", "4", *FAST, "--cost", "cpu:0=1,cpu:1=2"],
+         ["recommend", str(out), "--objective", "time", "--verify"]], dict(os.environ, TBS_LOGICAL_CPUS="2"))
+    return out, runs[0]["stdout"], stderr, runs[1]["stdout"]
 
 
 def test_two_logical_devices_profile_side_by_side(two_cpus):
     """Every device gets its own copy of the model and its own cells; the table marks the winners.
 
     Splitting the host CPU lets none of TensorFlow's native log lines through to the terminal."""
-    out, stdout, stderr = two_cpus
+    out, stdout, stderr, _ = two_cpus
     native = [line for line in stderr.splitlines() if "cuInit" in line or line.startswith(("E0000", "W0000", "I0000"))]
     assert native == []
     summary = pd.read_csv(out / "summary.csv")
@@ -93,12 +94,9 @@ def test_two_logical_devices_profile_side_by_side(two_cpus):
 
 
 def test_recommend_verify_on_two_logical_devices(two_cpus):
-    out, _, _ = two_cpus
-    verified = subprocess.run(_tbs("recommend", out, "--objective", "time", "--verify"), capture_output=True,
-                              text=True, env=dict(os.environ, TBS_LOGICAL_CPUS="2"), timeout=300)
-    assert verified.returncode == 0, verified.stderr
-    assert "Verified by running it" in verified.stdout and "Verdict:" in verified.stdout
-    assert "3 of 3 layers ran their ops on the device they were placed on" in verified.stdout
+    out, _, _, verified = two_cpus
+    assert "Verified by running it" in verified and "Verdict:" in verified
+    assert "3 of 3 layers ran their ops on the device they were placed on" in verified
     # This process has one logical CPU: the profile's second device is not here.
     missing = CliRunner().invoke(cli, ["recommend", str(out), "--objective", "time", "--verify"])
     assert missing.exit_code == 2 and "not on this machine" in missing.stderr
@@ -124,8 +122,8 @@ def test_a_second_run_on_a_profile_being_measured_is_refused(seq_pkl, tmp_path):
         deadline = time.time() + 120
         while time.time() < deadline and not _measuring(out):
             time.sleep(0.1)
-        second = subprocess.run(_tbs(*args, "--resume"), capture_output=True, text=True, timeout=120)
-        assert second.returncode == 2, second.stderr
+        second = CliRunner().invoke(cli, [str(a) for a in (*args, "--resume")])  # the lock is per process
+        assert second.exit_code == 2, second.output
         assert f"is being measured by tbs process {first.pid}" in second.stderr
         assert len(second.stderr.strip().splitlines()) == 1 and "Traceback" not in second.stderr
         elsewhere = CliRunner().invoke(cli, ["profile", str(seq_pkl), "--out", str(tmp_path / "q"), "--batch", "2",
