@@ -43,6 +43,11 @@ def cli_in_one_process(commands: list[list[str]], env: dict[str, str]) -> tuple[
     return runs, done.stderr
 
 
+def native_log_lines(stderr: str) -> list[str]:
+    """TensorFlow's native log lines (and the CUDA probe's) in a process's stderr: none may reach a user."""
+    return [line for line in stderr.splitlines() if "cuInit" in line or line.startswith(("E0000", "W0000", "I0000"))]
+
+
 # Fast statistics for tests: the method is the same, the budgets are tiny. The compiler's analysis
 # has tests of its own (test_analysis.py, the JAX profiles); elsewhere it would only add time.
 FAST = ["--min-samples", "3", "--max-cell-seconds", "0.05", "--min-block-ms", "1", "--min-span-seconds", "0",

@@ -169,9 +169,9 @@ def test_missing_devices_are_skipped_with_reason(seq_pkl, tmp_path):
 
 
 def test_batch_too_big_for_host_memory_is_recorded_as_oom(seq_pkl, tmp_path, monkeypatch):
-    import tbs.measure.profiler
+    import tbs.measure.headroom
 
-    monkeypatch.setattr(tbs.measure.profiler, "memory_headroom_bytes", lambda: 64 * 1024)  # 64 KiB "free"
+    monkeypatch.setattr(tbs.measure.headroom, "memory_headroom_bytes", lambda: 64 * 1024)  # 64 KiB "free"
     result = profile(seq_pkl, tmp_path / "p", "--batch", "2,4096")
     assert result.exit_code == 0, result.stderr
     summary = pd.read_csv(tmp_path / "p" / "summary.csv")

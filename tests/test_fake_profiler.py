@@ -245,10 +245,10 @@ def test_garbage_is_collected_between_groups_only_where_their_programs_hold_memo
     GPU; where that is not known, always."""
     import gc
 
-    from tbs.measure import profiler
+    from tbs.measure import headroom
 
     counted: list[int] = []
-    monkeypatch.setattr(profiler, "memory_headroom_bytes", lambda: limit_bytes)
+    monkeypatch.setattr(headroom, "memory_headroom_bytes", lambda: limit_bytes)
     monkeypatch.setattr(gc, "collect", lambda *a: counted.append(1) or 0)
     clock = FakeClock()
     devices = make_devices(clock)

@@ -15,7 +15,7 @@ from tbs.cli import cli
 
 from tbs.schema import ROOFLINE_COLUMNS
 
-from conftest import FAST, cli_in_one_process
+from conftest import FAST, cli_in_one_process, native_log_lines
 
 
 def _tbs(*args):
@@ -76,8 +76,7 @@ def test_two_logical_devices_profile_side_by_side(two_cpus):
 
     Splitting the host CPU lets none of TensorFlow's native log lines through to the terminal."""
     out, stdout, stderr, _ = two_cpus
-    native = [line for line in stderr.splitlines() if "cuInit" in line or line.startswith(("E0000", "W0000", "I0000"))]
-    assert native == []
+    assert native_log_lines(stderr) == []
     summary = pd.read_csv(out / "summary.csv")
     assert sorted(summary["device"].unique()) == ["cpu:0", "cpu:1"]
     assert len(summary) == 2 * 3

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import native_log_lines
+
 ROOT = Path(__file__).resolve().parent.parent
 
 DISCOVER = (
@@ -27,15 +29,11 @@ def _discover_in_subprocess(tmp_path: Path, logical_cpus: str | None = None) -> 
                           capture_output=True, text=True, timeout=300)
 
 
-def _native_lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if "cuInit" in line or line.startswith(("E0000", "W0000", "I0000"))]
-
-
 def test_plain_discovery_lets_no_native_line_through(tmp_path):
     """(With the host CPU split in two: tests/test_subprocess.py's two-device profile.)"""
     done = _discover_in_subprocess(tmp_path, None)
     assert done.returncode == 0, done.stderr
-    assert _native_lines(done.stderr) == []
+    assert native_log_lines(done.stderr) == []
 
 
 def test_held_back_native_output_is_replayed_when_the_block_fails(capfd):

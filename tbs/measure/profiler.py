@@ -16,7 +16,7 @@ import numpy as np
 
 from tbs.capture.recorder import Capture
 from tbs.errors import TbsError
-from tbs.measure import analysis, rows
+from tbs.measure import analysis, headroom, rows
 from tbs.measure.calibrate import calibrate_devices, model_dtypes
 from tbs.measure.capacity import all_capacities, measured_peak
 from tbs.measure import transfers
@@ -34,9 +34,6 @@ from tbs.measure.request import CellSink, ProfileRequest, Progress
 from tbs.schema import LOSS_LAYER, MEASURED, MODEL_LAYER, CellKey, Status
 from tbs.backends.tensors import tensor_bytes
 from tbs.measure.timing import Interleaved, Interrupted, Measurement, Runner, Timer
-
-RELEASE_SHARE = 0.01  # collect garbage between groups whose programs hold this share of free memory
-
 
 class Profiler:
     def __init__(self, request: ProfileRequest, store: CellSink, progress: Progress,
@@ -146,21 +143,6 @@ class Profiler:
         self.store.add_transfers(rows)
         self.store.update_metadata(transfers={k: f.as_dict() for k, f in fits.items()}, host_device=host.name)
 
-    def _host_memory_shortfall(self, device: Device, batch: int) -> str | None:
-        """Refuse a capture whose activations cannot fit in host memory (the OS would kill us)."""
-        if device.kind != "cpu" or not self.activation_bytes_per_sample:
-            return None
-        need = self.activation_bytes_per_sample * batch
-        free = memory_headroom_bytes()
-        if free is None or need < 0.8 * free:
-            return None
-        return (f"out of memory: batch {batch} needs about {need / 2**30:.1f} GiB of activations, "
-                f"{free / 2**30:.1f} GiB is available")
-
-    def _memory_limit(self, device: Device) -> float | None:
-        """What a device can hold: the host's headroom for a CPU, the allocator's limit for an accelerator."""
-        return memory_headroom_bytes() if device.kind == "cpu" else device.memory_bytes
-
     def run(self) -> None:
         r = self.request
         batches = sorted(r.batch_sizes)
@@ -195,28 +177,15 @@ class Profiler:
             for device in r.devices:
                 self._run_cell_group(device, batch, first if (device is r.devices[0] and batch == batches[0]) else None)
                 first = None
-                self._release(device, batch)
+                headroom.release(device, self.activation_bytes_per_sample * batch * (3 if r.training else 1))
         searched = any(c.get("tries") for c in self.store.meta.capacity.values())
         if self.saved and ("capacity" not in self.store.metadata or (r.capacity and not searched)):
             # Fitted from every finished cell, a resumed run's earlier ones included.
             rows_so_far = list(getattr(self.store, "resumed_rows", [])) + self.saved
-            self.store.update_metadata(capacity=all_capacities(r, rows_so_far, self._memory_limit,
+            self.store.update_metadata(capacity=all_capacities(r, rows_so_far, headroom.memory_limit_bytes,
                                                                self.progress.describe))
             self.progress.advance("every cell measured", 0.0)
         self.progress.finish()
-
-    def _release(self, device: Device, batch: int) -> None:
-        """Free the finished group's programs (reference cycles) before the next group is built.
-
-        A full collection takes about 0.2 s once TensorFlow is loaded, more than a small model's
-        whole group: it runs only where what the programs hold (activations, a training step's
-        residuals) is worth 1% of what the device can still hold (the host's headroom for a CPU,
-        an accelerator's own memory).
-        """
-        held_bytes = self.activation_bytes_per_sample * batch * (3 if self.request.training else 1)
-        limit_bytes = self._memory_limit(device)
-        if not limit_bytes or held_bytes >= RELEASE_SHARE * limit_bytes:
-            gc.collect()
 
     def _run_cell_group(self, device: Device, batch: int, captured: tuple | None) -> None:
         r = self.request
@@ -233,7 +202,7 @@ class Profiler:
             self.first_oom = None
             return
         if captured is None:
-            shortfall = self._host_memory_shortfall(device, batch)
+            shortfall = headroom.host_shortfall(device, self.activation_bytes_per_sample, batch)
             if shortfall:
                 self._failed_cells(device, batch, MemoryError(shortfall))
                 return
