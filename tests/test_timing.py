@@ -124,6 +124,23 @@ def test_a_runner_with_its_own_fixed_cost_is_sampled_with_enough_iterations_to_a
     assert Timer(config, clock=free.clock).calibrate(free, amortise_fixed=True)[0] == plain
 
 
+def test_a_fixed_cost_that_hides_the_per_iteration_cost_never_blows_a_sample_past_its_budget():
+    """A tiny train step: 1 ms fixed, 20 us per step, single calls 0.3 ms slower (noise). The fit at 1 and 4
+    iterations read no cost per iteration, and n went to max_iterations: one sample lasted 2 s, not 0.15 s."""
+    def step_time(n):
+        return 1e-3 + n * 2e-5 + (3e-4 if n == 1 else 0.0)
+
+    clock = {"now": 0.0}
+
+    def step(n):
+        clock["now"] += step_time(n)
+
+    config = TimingConfig(min_samples=10, min_block_seconds=0.001, cell_budget_seconds=1.5, min_span_seconds=0.0)
+    n, _ = Timer(config, clock=lambda: clock["now"]).calibrate(step, amortise_fixed=True)
+    assert step_time(n) <= config.cell_budget_seconds / config.min_samples  # ten samples fit the cell's budget
+    assert 1e-3 / step_time(n) <= 0.05  # and the fixed cost is still amortised
+
+
 def test_the_whole_train_step_and_only_it_amortises_its_own_fixed_cost(monkeypatch, tmp_path):
     """The profiler asks it for the train step (a fixed cost well above the harness's), not for the layers."""
     import tbs

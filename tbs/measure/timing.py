@@ -35,6 +35,7 @@ from tbs.schema import Status
 Runner = Callable[[int], None]
 FIXED_COST_FRACTION = 0.03  # a runner's own fixed per-call cost, at most this share of a sample (amortise_fixed)
 FIT_REPEATS = 2  # calls of each size when fitting that cost (the best is kept)
+RESOLVED_SHARE = 0.5  # the fit's extra iterations must add at least this share of one call's time
 
 
 @dataclass(frozen=True)
@@ -180,17 +181,28 @@ class Timer:
         """Iterations per sample that make the runner's fixed per-call cost at most FIXED_COST_FRACTION of a sample.
 
         The cost is fitted from the best of FIT_REPEATS calls at 1 and at m iterations:
-        t(k) = fixed + k * per_iteration. n stays where the cell's budget could not hold
-        its minimum samples of more iterations (a long step is its own amortisation).
+        t(k) = fixed + k * per_iteration. m grows until the m - 1 extra iterations take at least
+        RESOLVED_SHARE of one call, so the fit is not the difference of two noisy fixed costs (a
+        tiny train step's fit read about 0 per iteration, and 100,000 iterations of it made one
+        sample last 10 s). Where even a sample's worth of iterations cannot resolve it, n is the
+        largest m measured. n stays where the cell's budget could not hold its minimum samples of
+        more iterations (a long step is its own amortisation).
         """
         cfg = self.config
         sample_s = cfg.cell_budget_seconds / cfg.min_samples  # the longest sample that lets the minimum fit
         if elapsed >= sample_s or n >= cfg.max_iterations:
             return n
-        m = max(4, 2 * n)
         one = min(self.timed(runner, 1) for _ in range(FIT_REPEATS))
+        m = min(cfg.max_iterations, max(4, 2 * n))
         many = min(self.timed(runner, m) for _ in range(FIT_REPEATS))
-        per_iteration = max((many - one) / (m - 1), 1e-9)
+        while many - one < RESOLVED_SHARE * one and many < sample_s and m < cfg.max_iterations:
+            if self.should_stop():
+                raise Interrupted()
+            m = min(cfg.max_iterations, 4 * m)
+            many = min(self.timed(runner, m) for _ in range(FIT_REPEATS))
+        if many - one < RESOLVED_SHARE * one:  # unresolved: m iterations are what was seen to fit
+            return max(n, m)
+        per_iteration = (many - one) / (m - 1)
         fixed = max(one - per_iteration, 0.0)
         wanted = math.ceil(fixed * (1.0 - FIXED_COST_FRACTION) / (FIXED_COST_FRACTION * per_iteration))
         most = min(cfg.max_iterations, int((sample_s - fixed) / per_iteration + 1e-9))
