@@ -160,3 +160,27 @@ def test_the_analysis_compile_at_llvm_level_0_counts_and_sizes_what_the_default_
     assert xla.ANALYSIS_LLVM_LEVEL == 0
     assert xla.hlo_compiled(serialized) == default
     assert default[1]["flops"] > 0 and default[2]["temp_bytes"] is not None
+
+
+def test_jax_compiles_a_cpu_programs_analysis_at_llvm_level_0_and_counts_what_the_default_does(monkeypatch):
+    jax = pytest.importorskip("jax")
+    from tbs.backends import xla
+    from tbs.backends.jax import analysis
+
+    def program(x, w, k):
+        y = jax.nn.relu(x @ w).reshape(4, 8, 8, 4).transpose(0, 3, 1, 2)
+        return jax.numpy.tanh(jax.lax.conv_general_dilated(y, k, (1, 1), "SAME")).sum(axis=(2, 3))
+
+    args = (jax.numpy.ones((4, 64)), jax.numpy.ones((64, 256)), jax.numpy.ones((8, 4, 3, 3)))
+    lowered = jax.jit(program).lower(*args)
+    default = lowered.compile()
+    asked = []
+    compile_ = type(lowered).compile
+    monkeypatch.setattr(type(lowered), "compile", lambda self, compiler_options=None:
+                        asked.append(compiler_options) or compile_(self, compiler_options=compiler_options))
+    cost = analysis.lowered_cost(program, *args)
+    assert asked == [{"xla_backend_optimization_level": xla.ANALYSIS_LLVM_LEVEL}]
+    memory = default.memory_analysis()
+    assert (cost.flops, cost.bytes_accessed) == (default.cost_analysis()["flops"],
+                                                 default.cost_analysis()["bytes accessed"])
+    assert (cost.temp_bytes, cost.output_bytes) == (memory.temp_size_in_bytes, memory.output_size_in_bytes)
