@@ -2,8 +2,9 @@
 
 The disks are real: a tiny tmpfs and a read-only bind mount, made in a private mount
 namespace (``unshare``; as root, or as a user where user namespaces are allowed), so nothing
-on the machine changes. Each mount lives as long as one shell script, which copies out what
-the assertions read. Skipped where no mount namespace can be made.
+on the machine changes. Each mount lives as long as one process, which mounts, runs the commands
+(one TensorFlow start-up for all of them) and copies out what the assertions read. Skipped where
+no mount namespace can be made.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from conftest import FAST
+from conftest import FAST, ROOT
 from tbs.cli import cli
 
 BATCHES = "1,2,3,4,5,6,7,8,9,10,11,12"
@@ -47,10 +48,36 @@ NAMESPACE = _namespace()
 needs_mounts = pytest.mark.skipif(NAMESPACE is None, reason="no private mount namespace here (unshare)")
 
 
-def _in_namespace(script: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TBS="{} -m tbs".format(sys.executable))
-    return subprocess.run([*NAMESPACE, "bash", "-c", "set -u\n" + script], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+STEPS_SCRIPT = r"""
+import json, pathlib, subprocess, sys, traceback
+from click.testing import CliRunner
+from tbs.cli import cli
+out = pathlib.Path(sys.argv[2])
+for kind, name, what in json.loads(sys.argv[1]):
+    if kind == "sh":
+        subprocess.run(what, shell=True, check=True)
+        continue
+    if kind == "cli":
+        run = CliRunner().invoke(cli, what)
+        code, stdout, stderr = run.exit_code, run.stdout, run.stderr
+    else:
+        code, stdout, stderr = 0, "", ""
+        try:
+            exec(what)
+        except Exception:
+            code, stderr = 1, traceback.format_exc()
+    for suffix, text in (("out", stdout), ("err", stderr), ("rc", str(code))):
+        (out / f"{name}.{suffix}").write_text(text)
+"""
+
+
+def _steps_in_namespace(steps: list[tuple[str, str, object]], out: Path) -> subprocess.CompletedProcess:
+    """Shell steps (mounts, copies), CLI commands and Python in one process in a private mount namespace:
+    one TensorFlow start-up for every command. Each command's output goes to out/NAME.{out,err,rc}."""
+    steps = [(kind, name, [str(a) for a in what] if kind == "cli" else what) for kind, name, what in steps]
+    return subprocess.run([*NAMESPACE, sys.executable, "-c", STEPS_SCRIPT, json.dumps(steps), str(out)],
+                          capture_output=True, text=True, timeout=240, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                          cwd=ROOT)
 
 
 def _tbs(*args) -> list[str]:
@@ -85,16 +112,16 @@ def test_a_disk_that_fills_mid_run_keeps_every_row_and_resume_finishes_on_it_or_
     mnt, out = tmp_path / "disk", tmp_path / "out"
     mnt.mkdir()
     out.mkdir()
-    profile = f"$TBS profile {seq_pkl} --out {mnt}/p --batch {BATCHES} {' '.join(FAST)}"
-    done = _in_namespace(f"""
-        mount -t tmpfs -o size=320k tmpfs {mnt}
-        head -c 218000 /dev/zero > {mnt}/filler         # leaves room for part of the profile only
-        {profile} > {out}/run1.out 2> {out}/run1.err; echo $? > {out}/run1.rc
-        cp -r {mnt}/p {out}/copy                         # the interrupted profile, as the full disk left it
-        rm {mnt}/filler                                  # the user makes room
-        {profile} --resume > {out}/run2.out 2> {out}/run2.err; echo $? > {out}/run2.rc
-        cp -r {mnt}/p {out}/after
-    """)
+    profile = ["profile", seq_pkl, "--out", mnt / "p", "--batch", BATCHES, *FAST]
+    done = _steps_in_namespace([
+        ("sh", "", f"mount -t tmpfs -o size=320k tmpfs {mnt}"),
+        ("sh", "", f"head -c 218000 /dev/zero > {mnt}/filler"),  # leaves room for part of the profile only
+        ("cli", "run1", profile),
+        ("sh", "", f"cp -r {mnt}/p {out}/copy"),  # the interrupted profile, as the full disk left it
+        ("sh", "", f"rm {mnt}/filler"),  # the user makes room
+        ("cli", "run2", [*profile, "--resume"]),
+        ("sh", "", f"cp -r {mnt}/p {out}/after"),
+    ], out)
     assert done.returncode == 0, done.stderr
     assert (out / "run1.rc").read_text().strip() == "2"
     line = _one_line((out / "run1.err").read_text())
@@ -122,12 +149,14 @@ def test_a_read_only_disk_is_one_line_everywhere_tbs_writes(seq_pkl, tmp_path):
     assert made.exit_code == 0, made.output
     ro.mkdir()
     out.mkdir()
-    commands = {"predict": f"$TBS predict {ro} --device t4", "report": f"$TBS report {ro} -o {ro}/r.html",
-                "profile": f"$TBS profile {seq_pkl} --out {ro}/new --batch 2 {' '.join(FAST)}",
-                "save": f"{sys.executable} -c \"import tbs; tbs.load('{profile_dir}').save('{ro}/saved')\""}
-    runs = "\n".join(f"{cmd} > {out}/{name}.out 2> {out}/{name}.err; echo $? > {out}/{name}.rc"
-                     for name, cmd in commands.items())
-    done = _in_namespace(f"mount --bind {profile_dir} {ro}\nmount -o remount,bind,ro {ro}\n{runs}")
+    done = _steps_in_namespace([
+        ("sh", "", f"mount --bind {profile_dir} {ro}"),
+        ("sh", "", f"mount -o remount,bind,ro {ro}"),
+        ("cli", "predict", ["predict", ro, "--device", "t4"]),
+        ("cli", "report", ["report", ro, "-o", ro / "r.html"]),
+        ("cli", "profile", ["profile", seq_pkl, "--out", ro / "new", "--batch", "2", *FAST]),
+        ("py", "save", f"import tbs; tbs.load({str(profile_dir)!r}).save({str(ro / 'saved')!r})"),
+    ], out)
     assert done.returncode == 0, done.stderr
     for name in ("predict", "report", "profile"):
         assert (out / f"{name}.rc").read_text().strip() == "2", (name, (out / f"{name}.err").read_text())

@@ -205,13 +205,13 @@ def test_largest_batch_under_a_memory_limit_runs_and_a_batch_well_above_it_fails
     model = keras.Model(inputs, layers.Dense(1, name="out")(wide), name="wide")
     with open(tmp_path / "wide.pkl", "wb") as f:
         pickle.dump(model, f)
-    probe = ("import tensorflow as tf, pathlib; tf.constant(1.0) + 1; print(next(l.split()[1] for l in "
-             "pathlib.Path('/proc/self/status').read_text().splitlines() if l.startswith('VmData:')))")
-    data = int(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout) * 1024
-    limit = data + 3 * 2**29  # TensorFlow's own data segment (its threads included) plus 1.5 GiB
-    # The limit is set in the child itself, then tbs replaces it (no fork of this multithreaded process).
-    limited = (f"import os, resource, sys; resource.setrlimit(resource.RLIMIT_DATA, ({limit}, {limit})); "
-               "os.execv(sys.executable, [sys.executable, '-m', 'tbs', *sys.argv[1:]])")
+    # The child starts TensorFlow, sets its data-size limit to TensorFlow's own data segment (its threads
+    # included) plus 1.5 GiB, and runs the CLI in that process (no fork of this multithreaded one).
+    limited = ("import pathlib, resource, runpy, sys; import tensorflow as tf; tf.constant(1.0) + 1; "
+               "data = 1024 * int(next(l.split()[1] for l in pathlib.Path('/proc/self/status').read_text()"
+               ".splitlines() if l.startswith('VmData:'))); limit = data + 3 * 2**29; "
+               "resource.setrlimit(resource.RLIMIT_DATA, (limit, limit)); sys.argv = ['tbs', *sys.argv[1:]]; "
+               "runpy.run_module('tbs', run_name='__main__')")
 
     def run(batch: str, out: str, *extra: str) -> subprocess.CompletedProcess:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
