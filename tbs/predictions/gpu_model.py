@@ -4,6 +4,10 @@ For each kernel a layer launches:
 
     t = launch + max(compute, bytes / (bandwidth x memory_efficiency))
 
+Data that fits in L2 moves at the L2's bandwidth instead, which scales with the chip (SMs x clock x
+``l2_bytes_per_clock_per_sm``), not with its DRAM: an L4's 48 MB L2 is many times its 300 GB/s GDDR6,
+an A100's 40 MB little more than its HBM2.
+
 ``compute`` is a GEMM as a GPU library runs it: the M x N output cut into tiles, the tiles (and
 slices of K, split-K) spread over the SMs in waves, each wave running at the SM's share of the
 datasheet peak for the precision times an efficiency (per kind: GEMM or convolution; CUDA cores
@@ -88,7 +92,8 @@ class GpuModel:
     memory_efficiency: float = 0.8
     fused_step_s: float = 2e-6
     sustained_clock: float = 0.6  # where between base and boost clock a GPU runs long GEMMs
-    l2_gain: float = 1.5  # bandwidth multiple for data that fits in L2
+    # Data that fits in L2 moves at this many bytes per SM per boost-clock cycle (never slower than DRAM).
+    l2_bytes_per_clock_per_sm: float = 16.0
     winograd_gain: float = 2.0  # how much faster a 3x3 stride-1 convolution runs than its direct FLOPs say
     # A convolution's gradients run other kernels than its forward (the weights': a reduction over every position):
     # their rates as multiples of the forward's.
@@ -98,6 +103,10 @@ class GpuModel:
     # added to a prediction (tbs times compiled programs: the kernels).
     framework_overhead_s: float = 1e-5
     conv_framework_overhead_s: float = 3e-5  # a framework's convolution call costs more (cuDNN plan look-up)
+    # NeuSight's micro-benchmarks called nn.LayerNorm and nn.Softmax modules, whose calls cost more host time than
+    # a torch function's (the ``call`` column of the reference table); never added to a prediction either.
+    layernorm_call_overhead_s: float = 4e-5
+    softmax_call_overhead_s: float = 3e-5
     # Per architecture, the median log error left after the shared constants, for compute kinds and for
     # memory-bound ones: what the datasheet does not show (e.g. Maxwell's GEMMs reach less of their peak).
     architecture_log_scale: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -210,24 +219,42 @@ def predict_frame(frame: pd.DataFrame, model: GpuModel, shapes: dict[str, np.nda
     compute = np.select([phase == "backward_data", phase == "backward_weight", phase == "backward",
                          phase == "training"], [grad_x, grad_w, grad_x + grad_w, forward + grad_x + grad_w], forward)
     moved = frame["bytes"].to_numpy(dtype=float)
-    in_l2 = moved <= np.nan_to_num(frame["l2_bytes"].to_numpy(dtype=float), nan=0.0)
-    memory = moved / (frame["bandwidth_bytes_per_s"].to_numpy(dtype=float) * model.memory_efficiency
-                      * np.where(in_l2, model.l2_gain, 1.0))
+    memory = moved / _bandwidth(frame, moved, model)
     launches = gemms * model.launch_s
     matmul = launches + np.maximum(compute, memory)
     weight_bytes = frame["n"].to_numpy(dtype=float) * frame["k"].to_numpy(dtype=float) * np.where(
         frame["precision"].isin(["fp16", "mixed", "bf16"]).to_numpy(), 2.0, 4.0)  # read again every step
-    step_memory = weight_bytes / (frame["bandwidth_bytes_per_s"].to_numpy(dtype=float) * model.memory_efficiency
-                                  * np.where(weight_bytes <= np.nan_to_num(frame["l2_bytes"].to_numpy(dtype=float)),
-                                             model.l2_gain, 1.0))
+    step_memory = weight_bytes / _bandwidth(frame, weight_bytes, model)
     for name in ("forward", "grad_x"):
         seconds["step_" + name] = np.maximum(seconds[name] / fast, step_memory)
     recurrent = np.maximum(_recurrent_seconds(frame, phase, seconds, model), launches + memory)
     overhead = np.where(frame["framework_overhead"].to_numpy(dtype=bool),
                         np.where(conv, model.conv_framework_overhead_s, model.framework_overhead_s), 0.0) \
-        if "framework_overhead" in frame else 0.0
-    seconds = overhead + np.select([kind == MEMORY, kind == RECURRENT], [model.launch_s + memory, recurrent], matmul)
+        if "framework_overhead" in frame else np.zeros(len(frame))
+    if "call" in frame:
+        call = frame["call"].to_numpy()
+        overhead = np.select([call == "layernorm", call == "softmax"],
+                             [model.layernorm_call_overhead_s, model.softmax_call_overhead_s], overhead)
+    kernels = np.select([kind == MEMORY, kind == RECURRENT], [model.launch_s + memory, recurrent], matmul)
+    # A framework call between two CUDA events: the kernel runs while the host finishes the call, so a memory-bound
+    # op takes the longer of the two (NeuSight's elementwise/LayerNorm/softmax times stay at the call's floor until
+    # bytes / bandwidth passes it, then follow bandwidth with nothing added). Convolutions and GEMMs pay their
+    # overhead before the kernel starts (cuDNN's plan look-up, cuBLAS's heuristics): added.
+    seconds = np.where(kind == MEMORY, np.maximum(overhead, kernels), overhead + kernels)
     return seconds * np.exp(_offset_log_scale(frame, model) + _size_correction(frame, model))
+
+
+def _bandwidth(frame: pd.DataFrame, moved: np.ndarray, model: GpuModel) -> np.ndarray:
+    """Bytes per second for moving ``moved`` bytes: DRAM's x memory_efficiency, or the L2's where they fit in it.
+
+    The L2's bandwidth is the SMs' (SMs x boost clock x l2_bytes_per_clock_per_sm), never below DRAM's; a GPU
+    without a known clock or L2 size moves everything at DRAM's rate.
+    """
+    dram = frame["bandwidth_bytes_per_s"].to_numpy(dtype=float) * model.memory_efficiency
+    in_l2 = moved <= np.nan_to_num(frame["l2_bytes"].to_numpy(dtype=float), nan=0.0)
+    clock = np.nan_to_num(frame["boost_clock_hz"].to_numpy(dtype=float), nan=0.0)
+    l2 = np.maximum(model.l2_bytes_per_clock_per_sm * frame["sm_count"].to_numpy(dtype=float) * clock, dram)
+    return np.where(in_l2, l2, dram)
 
 
 def _size(frame: pd.DataFrame) -> np.ndarray:
@@ -317,12 +344,15 @@ _FITTED_BY = {
     (CONV, False): ("conv_efficiency_cuda_cores", "winograd_gain", "conv_framework_overhead_s", "conv_grad_data_gain",
                     "conv_grad_weight_gain"),
     (CONV, True): ("conv_efficiency_tensor_cores",),
-    (MEMORY, False): ("memory_efficiency", "launch_s", "l2_gain", "framework_overhead_s"),
+    (MEMORY, False): ("memory_efficiency", "launch_s", "l2_bytes_per_clock_per_sm", "framework_overhead_s",
+                      "layernorm_call_overhead_s", "softmax_call_overhead_s"),
     (RECURRENT, False): ("fused_step_s",),
     (RECURRENT, True): ("fused_step_s",),
 }
 _BOUNDS = {"tile_exponent": (1e-3, 1.5), "launch_s": (5e-7, 5e-5), "fused_step_s": (1e-7, 1e-4),
-           "sustained_clock": (1e-3, 1.0), "l2_gain": (1.0, 10.0), "framework_overhead_s": (1e-7, 1e-4),
+           "sustained_clock": (1e-3, 1.0), "l2_bytes_per_clock_per_sm": (1.0, 512.0),
+           "framework_overhead_s": (1e-7, 1e-4), "layernorm_call_overhead_s": (1e-7, 1e-4),
+           "softmax_call_overhead_s": (1e-7, 1e-4),
            "conv_framework_overhead_s": (1e-7, 2e-4),
            "winograd_gain": (1.0, 4.0), "conv_grad_data_gain": (0.2, 5.0), "conv_grad_weight_gain": (0.2, 5.0)}
 
