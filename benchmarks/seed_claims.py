@@ -7,7 +7,7 @@ above batch ~512. Here the CPU is this machine's (measured), the GPUs are predic
 CPU profile's work alone (a T4, and the paper's A100 40GB), priced at the catalog's on-demand
 prices and the CPU at --cpu-usd-per-hour. Each claim is stated with the 90% bands.
 
-    python benchmarks/seed_claims.py --out benchmarks/seed_claims.md     # ~6 min on 2 cores
+    python benchmarks/seed_claims.py --out benchmarks/seed_claims.md     # 1-6 min on 2 cores (the VM's speed varies)
 """
 
 from __future__ import annotations
