@@ -238,6 +238,21 @@ def test_the_shipped_reference_data_is_attributed_consistent_and_fitted_on_itsel
         assert low < 0 < high
 
 
+def test_pytorch_backward_rows_count_the_bytes_their_kernels_move():
+    """An embedding's backward writes a zero-filled gradient of its whole table (PyTorch's dense backward), and a
+    softmax's backward is two kernels (tmp = dy * y, then the softmax backward): six tensors, not three."""
+    from importlib import resources
+
+    rows = pd.read_csv(resources.files("tbs.predictions.reference").joinpath("measurements.csv").open())
+    backward = rows[(rows["phase"] == "backward") & (rows["source"] == "neusight")]
+    word = backward[(backward["op"] == "embedding") & backward["notes"].str.endswith("bert_embeddings_word_embeddings")]
+    assert len(word) and (word["bytes"] >= 4 * 30522 * word["hidden"]).all()  # BERT's vocabulary x hidden, fp32
+    opt = backward[backward["notes"].str.startswith("opt_13 train b1 ") & backward["notes"].str.endswith("embed_tokens")]
+    assert len(opt) and (opt["bytes"] == 4 * 50272 * 2048 + 8 * 2048).all()  # ids all padding_idx: table + ids
+    softmax = backward[backward["op"] == "softmax"]
+    assert len(softmax) and (softmax["bytes"] == 4 * 6 * softmax["batch"] * softmax["hidden"]).all()
+
+
 def test_a_sources_libraries_are_told_apart_from_the_architecture_by_a_gpu_both_measured():
     # DeepBench's CUDA 8 cuBLAS ran the P100's large SGEMMs at 0.95-0.98 of its peak, PyTorch 2.1's at 0.75-0.79:
     # a GPU timed by both sources fixes the offset, and a tbs prediction (no source) is priced as the reference's.

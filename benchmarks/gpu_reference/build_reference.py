@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import ast
 import io
+import json
 import math
 import re
 import subprocess
@@ -225,8 +226,74 @@ MODULE_OPS = {
 }
 
 
+# An embedding's backward (PyTorch 2.1, embedding_dense_backward_cuda) writes a dense gradient of the whole table:
+# at::zeros(rows x hidden), then accumulates the output gradient's rows into it. Up to 3072 indices, one kernel walks
+# every index (skipping padding_idx); above, the indices are radix-sorted (int64 keys with their positions), and
+# each run of equal indices is summed in partial sums of 10 rows, which are read back and scattered.
+EMBEDDING_SORT_ABOVE = 3072
+EMBEDDING_ROWS_PER_PARTIAL = 10
+# The table behind each model-trace embedding node, from NeuSight's model configs
+# (scripts/asplos/data/DLmodel_configs/<model>.json): (node name suffix, config key of its rows, role). An
+# nn.Embedding module's weight is not among the node's inputs (an F.embedding call's is, and its shape is used).
+NS_EMBEDDING_TABLES = (("word_embeddings", "vocab_size", "token"), ("wte", "vocab_size", "token"),
+                       ("embed_tokens", "vocab_size", "token"), ("token_type_embeddings", "type_vocab_size", "token"),
+                       ("position_embeddings", "max_position_embeddings", "position"), ("wpe", "n_positions", "position"))
+NS_INPUT_ID = 1  # NeuSight traces models on input_ids = torch.ones(batch, seq)
+NS_MODEL_CONFIGS = "scripts/asplos/data/DLmodel_configs/{model}.json"
+
+
+def ns_model_config(repo: str, model: str, cache: dict) -> dict:
+    if model not in cache:
+        raw = git_show(repo, NS_MODEL_CONFIGS.format(model=model))
+        cache[model] = json.loads(raw) if raw is not None else {}
+    return cache[model]
+
+
+def ns_embedding_table(config: dict, node: str, args: str, ins: list, seq: int) -> tuple[int, int, bool] | None:
+    """(table rows, distinct indices, every index is padding_idx) of a NeuSight model-trace embedding node.
+
+    NeuSight's input ids are torch.ones (every token id 1) and BERT's token types are zeros: a token table sees one
+    distinct index; a position table (HF's arange positions, OPT's learned positions) one per sequence position.
+    HF's BERT and OPT token embeddings take the config's pad_token_id as padding_idx (BERT 0, OPT 1): OPT's ids of 1
+    are all padding, whose gradient rows the kernel skips. None where the table is unknown.
+    """
+    role, rows = None, None
+    if len(ins) >= 2 and len(ins[1]) == 2:  # F.embedding(indices, weight): OPT's learned positions (rows = 2048 + 2)
+        rows, role = ins[1][0], "position" if "position" in args else "token"
+    else:
+        for suffix, key, kind in NS_EMBEDDING_TABLES:
+            if node.endswith(suffix) and key in config:
+                rows, role = int(config[key]), kind
+                break
+    if rows is None:
+        return None
+    if role == "position":
+        return rows, min(rows, seq), False
+    padded = node.endswith(("word_embeddings", "embed_tokens")) and config.get("pad_token_id") == NS_INPUT_ID
+    return rows, 1, padded
+
+
+def embedding_backward_bytes(indices: int, hidden: int, rows: int, distinct: int, padded: bool) -> int:
+    """Bytes PyTorch 2.1's CUDA embedding backward moves (fp32 gradients, int64 indices).
+
+    The zero-filled table (rows x hidden) and the indices always; the output gradient's rows read and the distinct
+    rows accumulated into (read and written), except where every index is padding_idx (the single kernel skips them);
+    above EMBEDDING_SORT_ABOVE indices also the sort (keys and positions in and out, the positions' arange) and the
+    partial sums (written, read back).
+    """
+    moved = 4 * rows * hidden + 8 * indices
+    sorted_path = indices > EMBEDDING_SORT_ABOVE
+    if sorted_path or not padded:
+        moved += 4 * indices * hidden + 2 * 4 * distinct * hidden
+    if sorted_path:
+        run = math.ceil(indices / distinct)
+        partials = distinct * math.ceil(run / EMBEDDING_ROWS_PER_PARTIAL)
+        moved += 5 * 8 * indices + 2 * 4 * partials * hidden
+    return moved
+
+
 def ns_label_rows(repo: str, files: list[str]) -> tuple[list[dict], Counter]:
-    rows, skipped = [], Counter()
+    rows, skipped, configs = [], Counter(), {}
     pat = re.compile(r"scripts/asplos/label/([^/]+)/(.+)-(inf|train)-(\d+)-(\d+)\.csv$")
     for f in files:
         m = pat.match(f)
@@ -310,13 +377,22 @@ def ns_label_rows(repo: str, files: list[str]) -> tuple[list[dict], Counter]:
                 fields.update(batch=prod(out[:-1]), hidden=out[-1])
                 fw_fl = bw_fl = out_n
                 fw_bytes = 8 * idx_n + 4 * 2 * out_n
-                bw_bytes = 8 * idx_n + 4 * 2 * out_n
+                table = ns_embedding_table(ns_model_config(repo, model, configs), str(r["Name"]), str(r["_args"]),
+                                           ins, seq)
+                if table is None:
+                    bw_bytes = 8 * idx_n + 4 * 2 * out_n
+                    if mode == "train":
+                        skipped["embedding table unknown (backward bytes without the zero-filled table)"] += 1
+                else:
+                    bw_bytes = embedding_backward_bytes(idx_n, out[-1], *table)
                 desc = "embedding"
             elif op in ("layernorm", "softmax"):
                 fields.update(batch=out_n // out[-1], hidden=out[-1])
                 fw_fl = bw_fl = out_n
                 fw_bytes = 4 * (2 * out_n + (2 * out[-1] if op == "layernorm" else 0))
-                bw_bytes = int(1.5 * fw_bytes)
+                # PyTorch 2.1's CUDA softmax backward is two kernels: tmp = dy * y (reads 2 tensors, writes 1),
+                # then the softmax-backward kernel (reads tmp and y, writes dx): 6 tensors, not 3.
+                bw_bytes = 4 * 6 * out_n if op == "softmax" else int(1.5 * fw_bytes)
                 desc = op
             else:  # elementwise / copy
                 fields.update(batch=out_n // out[-1], hidden=out[-1])
