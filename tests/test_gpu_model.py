@@ -69,6 +69,23 @@ def test_a_layer_becomes_the_gemm_its_library_runs():
     assert work_of(None, "pooling", 1e6, 1e6, 8, "tensorflow").kind == MEMORY
 
 
+def test_an_embedding_lookup_moves_the_rows_it_reads_not_its_table():
+    """XLA counts a gather's whole table (measured: 7,696,640 bytes for 4 x 16 ids into a 30,000 x 64 float32
+    table, batch 4); a GPU's lookup reads 64 rows of it. A training row keeps its backward and update."""
+    emb = LayerRecord(name="e", type="Embedding", category="embedding", params=30000 * 64,
+                      input_shapes=[[None, 16]], output_shapes=[[None, 16, 64]], input_bytes=4 * 16 * 4,
+                      output_bytes=4 * 16 * 64 * 4, batch_size=4)
+    assert work_of(emb, "embedding", 192.0, 7_696_640.0, 4, "tensorflow").bytes == 7_696_640 - 7_680_000 + 16_384
+    assert work_of(emb, "embedding", 192.0, 7_696_640.0 + 8e6, 8, "tensorflow").bytes == pytest.approx(
+        7_696_640 + 8e6 - 7_680_000 + 2 * 16_384)  # at batch 8 twice the rows; the rest (an update) kept
+    assert work_of(emb, "embedding", 0.0, 1e5, 4, "tensorflow").bytes == 1e5  # no table in the count: as it is
+    from tbs.predictions.reference import fitted_model
+
+    lookup = frame_of([work_of(emb, "embedding", 192.0, 7_696_640.0, 4, "tensorflow")], ["fp32"],
+                      [gpu_spec(load_catalog()["t4"])])
+    assert float(predict_frame(lookup, fitted_model())[0]) < 25e-6  # a launch and 33 KB, not 7.7 MB at 320 GB/s
+
+
 def conv(m: int, n: int, k: int, window: int = 9, stride: int = 1, **more) -> Work:
     return Work(CONV, 2.0 * m * n * k, 4.0 * (m * k + k * n + m * n), m=m, n=n, k=k, window=window, stride=stride,
                 **more)
