@@ -43,6 +43,33 @@ def cli_in_one_process(commands: list[list[str]], env: dict[str, str]) -> tuple[
     return runs, done.stderr
 
 
+@pytest.fixture(scope="session")
+def jax_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The JAX tests' one JAX process (tests/jax_process.py): its CLI runs, its training findings, and where
+    it wrote what. Skipped without JAX."""
+    pytest.importorskip("jax", reason="JAX is not installed (pip install 'tbs[jax]')")
+    import jax_process
+    from keras_models import _pickle, branchy_model, mlp_model, text_model
+
+    root = tmp_path_factory.mktemp("jax")
+    paths = {"mlp": _pickle(mlp_model(), root / "mlp.pkl"), "text": _pickle(text_model(), root / "text.pkl"),
+             "branchy": _pickle(branchy_model(), root / "branchy.pkl"), "mlp_jax": root / "mlp_jax",
+             "text_jax": root / "text_jax", "training_out": root / "p"}
+    commands = [
+        # JAX's analysis: the training profile below and test_analysis.py; each Dense measured on its
+        # own, so Σ against the whole is three measurements, not one.
+        ["profile", str(paths["mlp"]), "--backend", "jax", "--batch", "32", "--cost", "cpu:0=1,cpu:1=2", "--out",
+         str(paths["mlp_jax"]), "--min-samples", "5", "--max-cell-seconds", "0.3", "--min-span-seconds", "0",
+         "--no-analysis", "--no-dedupe"],
+        ["profile", str(paths["text"]), "--backend", "jax", "--batch", "4", "--devices", "cpu:0", "--out",
+         str(paths["text_jax"]), *FAST],
+        ["recommend", str(paths["mlp_jax"]), "--objective", "time", "--verify"],
+    ]
+    runs, training = jax_process.run({"commands": commands, "branchy": str(paths["branchy"]),
+                                      "training_out": str(paths["training_out"])}, ROOT)
+    return {"paths": paths, "cli": runs, "training": training}
+
+
 def native_log_lines(stderr: str) -> list[str]:
     """TensorFlow's native log lines (and the CUDA probe's) in a process's stderr: none may reach a user."""
     return [line for line in stderr.splitlines() if "cuInit" in line or line.startswith(("E0000", "W0000", "I0000"))]

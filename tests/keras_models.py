@@ -21,6 +21,16 @@ def sequential_model() -> keras.Model:
     return model
 
 
+def mlp_model() -> keras.Model:
+    """Three Dense(512) and a Dropout that passes its input through in inference."""
+    inputs = keras.Input((512,), name="x")
+    x = inputs
+    for i in range(3):
+        x = layers.Dense(512, activation="relu", name=f"dense_{i}")(x)
+    x = layers.Dropout(0.2, name="dropout")(x)
+    return keras.Model(inputs, layers.Dense(10, name="head")(x), name="mlp")
+
+
 def branchy_model() -> keras.Model:
     """Two inputs, a nested Sequential, a branch and merge, two outputs."""
     augment = keras.Sequential([layers.RandomFlip("horizontal", name="random_flip"), layers.Rescaling(1.0 / 255, name="rescaling")], name="augment")

@@ -1,7 +1,8 @@
 """The JAX backend: devices, blocked compiled timing, profiles, unsupported layers, merged reports, --verify.
 
 Keras picks its backend once per process and this test process runs TensorFlow,
-so JAX profiles run through a real subprocess (``tbs profile --backend jax``);
+so JAX profiles run through a real subprocess (``tbs profile --backend jax``; conftest.jax_run, the one JAX
+process it shares with test_training.py's JAX part);
 the JAX device itself is tested here directly on plain JAX functions.
 """
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -19,8 +19,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from conftest import FAST, cli_in_one_process
-from keras_models import _pickle, keras, layers, text_model
+from conftest import FAST
 
 jax = pytest.importorskip("jax", reason="JAX is not installed (pip install 'tbs[jax]')")
 
@@ -29,37 +28,15 @@ from tbs.cli import cli  # noqa: E402
 from tbs.backends.jax.device import STRINGS_UNSUPPORTED, JaxDevice  # noqa: E402
 from tbs.backends.jax.discovery import discover  # noqa: E402
 
-def _mlp() -> keras.Model:
-    inputs = keras.Input((512,), name="x")
-    x = inputs
-    for i in range(3):
-        x = layers.Dense(512, activation="relu", name=f"dense_{i}")(x)
-    x = layers.Dropout(0.2, name="dropout")(x)  # passes its input through in inference
-    return keras.Model(inputs, layers.Dense(10, name="head")(x), name="mlp")
-
-
 @pytest.fixture(scope="module")
-def jax_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """One JAX process on two logical CPUs, through the CLI: a profile of an MLP on both, one of a string model
-    on cpu:0, and ``recommend --verify`` of the MLP's; and a TF profile of the MLP here."""
-    root = tmp_path_factory.mktemp("jax")
-    mlp, text = _pickle(_mlp(), root / "mlp.pkl"), _pickle(text_model(), root / "text.pkl")
-    dirs: dict[str, Any] = {"mlp": root / "mlp_jax", "text": root / "text_jax", "mlp_tf": root / "mlp_tf"}
-    commands = [
-        # JAX's analysis: test_training.py's JAX profile, test_analysis.py; each Dense measured on its
-        # own, so Σ against the whole is three measurements, not one.
-        ["profile", str(mlp), "--backend", "jax", "--batch", "32", "--cost", "cpu:0=1,cpu:1=2", "--out",
-         str(dirs["mlp"]), "--min-samples", "5", "--max-cell-seconds", "0.3", "--min-span-seconds", "0",
-         "--no-analysis", "--no-dedupe"],
-        ["profile", str(text), "--backend", "jax", "--batch", "4", "--devices", "cpu:0", "--out", str(dirs["text"]),
-         *FAST],
-        ["recommend", str(dirs["mlp"]), "--objective", "time", "--verify"],
-    ]
-    env = dict(os.environ, TBS_LOGICAL_CPUS="2")
-    env.pop("KERAS_BACKEND", None)
-    runs, _ = cli_in_one_process(commands, env)
-    dirs["verify"] = runs[2]["stdout"]
-    result = CliRunner().invoke(cli, ["profile", str(mlp), "--batch", "32", "--out", str(dirs["mlp_tf"]), *FAST])
+def jax_dirs(jax_run: dict[str, Any]) -> dict[str, Any]:
+    """The JAX process's profiles (conftest.jax_run: an MLP on two logical CPUs, a string model on cpu:0, and
+    ``recommend --verify`` of the MLP's, through the CLI) and a TF profile of the MLP here."""
+    paths = jax_run["paths"]
+    dirs: dict[str, Any] = {"mlp": paths["mlp_jax"], "text": paths["text_jax"],
+                            "mlp_tf": paths["mlp_jax"].parent / "mlp_tf", "verify": jax_run["cli"][2]["stdout"]}
+    result = CliRunner().invoke(cli, ["profile", str(paths["mlp"]), "--batch", "32", "--out", str(dirs["mlp_tf"]),
+                                      *FAST])
     assert result.exit_code == 0, result.output
     return dirs
 

@@ -128,53 +128,6 @@ def test_every_leaf_of_a_dag_with_a_nested_model_gets_its_phases_on_tensorflow(t
         p.metadata["training"]["loss"]["source"] == "stand-in"
 
 
-JAX_SCRIPT = r'''
-import json, sys, time
-import numpy as np
-from tbs import backends
-backends.choose("jax")
-keras = backends.keras()
-device = backends.discover("jax").devices[0]
-
-def per_call(runner, n=50):
-    runner(n)
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter(); runner(n); best = min(best, (time.perf_counter() - start) / n)
-    return best
-
-out = {}
-for batch in (32, 512):
-    dense = keras.layers.Dense(512); dense.build((None, 512))
-    x = np.random.rand(batch, 512).astype("float32")
-    with_dx = device.training_programs(lambda t: dense(t), [x], dense.variables, [True], keras.optimizers.Adam, False)
-    no_dx = device.training_programs(lambda t: dense(t), [x], dense.variables, [False], keras.optimizers.Adam, False)
-    out[batch] = dict(forward=per_call(with_dx.forward), backward=per_call(with_dx.backward),
-                      backward_no_dx=per_call(no_dx.backward), update=per_call(with_dx.update),
-                      residual=with_dx.residual_bytes, slots=with_dx.slot_bytes, weights=with_dx.weight_bytes)
-later = device.training_programs(lambda t: dense(t), [x], dense.variables, [False], keras.optimizers.Adam, False,
-                                 owned=[False, False])  # a shared layer's later call: its gradients, no update
-out["later_call"] = [later.backward is not None, later.update is None, later.weight_bytes, later.slot_bytes]
-relu = keras.layers.ReLU()
-out["relu"] = device.training_programs(lambda t: relu(t), [np.ones((4, 4), "float32")], [], [False], None, False).backward is None
-from tbs.backends.jax.training import _pure
-drop = keras.layers.Dropout(0.5)
-pure = _pure(lambda t: drop(t, training=True), [], list(drop.variables), lambda o: [o])
-state = [v.value for v in drop.variables]
-_, new_state = pure([], state, np.ones((8, 8), "float32"))
-out["seed_advances"] = bool(np.any(np.asarray(new_state[0]) != np.asarray(state[0])))
-import tbs  # the profile and its split-step verification, in the same process (one JAX start-up)
-timing = tbs.TimingConfig(min_samples=3, cell_budget_seconds=0.05, min_block_seconds=0.001, min_span_seconds=0.0)
-p = tbs.profile(sys.argv[1], [4], devices=["cpu:0"], training=True, timing=timing, progress=None, report=False,
-                out=sys.argv[2])
-verification = tbs.verify(p, tbs.recommend(p, "time"))
-out["verified"] = [verification.placed_right, verification.layers, len(verification.results)]
-phases = p.analysis.groupby("phase")["flops"].sum()
-out["analysed"] = {k: float(v) for k, v in phases.items()}
-out["row_flops"] = float(p.summary["flops"].sum())
-out["calibration"] = p.metadata["calibration"]
-print("RESULT" + json.dumps(out))
-'''
 
 
 def _jax(*args: str, script: str | None = None, backend: str = "jax") -> subprocess.CompletedProcess:
@@ -186,13 +139,10 @@ def _jax(*args: str, script: str | None = None, backend: str = "jax") -> subproc
 
 
 @pytest.fixture(scope="module")
-def jax_training(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
-    """One JAX process: the backend's phase programs on a Dense layer, then a training profile and its --verify."""
-    directory = tmp_path_factory.mktemp("jax_training")
-    model = _pickle(branchy_model(), directory / "branchy.pkl")
-    done = _jax(str(model), str(directory / "p"), script=JAX_SCRIPT)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.split("RESULT", 1)[1]), directory / "p"
+def jax_training(jax_run: dict) -> tuple[dict, Path]:
+    """The JAX process's training part (conftest.jax_run): the backend's phase programs on a Dense layer, then a
+    training profile of the branchy model and its verification."""
+    return jax_run["training"], jax_run["paths"]["training_out"]
 
 
 def test_jax_training_phases_are_analysed_by_xla(jax_training: tuple[dict, Path]) -> None:

@@ -1,0 +1,86 @@
+"""One JAX process for the JAX tests that need a process of their own (Keras picks its backend once per
+process, and the tests' own runs TensorFlow): one JAX start-up for both parts.
+
+1. The CLI on two logical CPUs (``tbs profile --backend jax``, chosen by the flag, KERAS_BACKEND unset): a
+   profile of an MLP on both CPUs, one of a string model on cpu:0, and ``recommend --verify`` of the MLP's
+   (tests/test_jax_backend.py).
+2. Then the backend's phase programs on a Dense layer, a training profile of a branchy model and its
+   verification (tests/test_training.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+SCRIPT = r'''
+import json, sys
+from click.testing import CliRunner
+from tbs.cli import cli
+job = json.loads(sys.argv[1])
+runs = [CliRunner().invoke(cli, args) for args in job["commands"]]
+runs = [{"code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr} for r in runs]
+import time
+import numpy as np
+from tbs import backends
+backends.choose("jax")
+keras = backends.keras()
+device = backends.discover("jax").devices[0]
+
+def per_call(runner, n=50):
+    runner(n)
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter(); runner(n); best = min(best, (time.perf_counter() - start) / n)
+    return best
+
+out = {}
+for batch in (32, 512):
+    dense = keras.layers.Dense(512); dense.build((None, 512))
+    x = np.random.rand(batch, 512).astype("float32")
+    with_dx = device.training_programs(lambda t: dense(t), [x], dense.variables, [True], keras.optimizers.Adam, False)
+    no_dx = device.training_programs(lambda t: dense(t), [x], dense.variables, [False], keras.optimizers.Adam, False)
+    out[batch] = dict(forward=per_call(with_dx.forward), backward=per_call(with_dx.backward),
+                      backward_no_dx=per_call(no_dx.backward), update=per_call(with_dx.update),
+                      residual=with_dx.residual_bytes, slots=with_dx.slot_bytes, weights=with_dx.weight_bytes)
+later = device.training_programs(lambda t: dense(t), [x], dense.variables, [False], keras.optimizers.Adam, False,
+                                 owned=[False, False])  # a shared layer's later call: its gradients, no update
+out["later_call"] = [later.backward is not None, later.update is None, later.weight_bytes, later.slot_bytes]
+relu = keras.layers.ReLU()
+out["relu"] = device.training_programs(lambda t: relu(t), [np.ones((4, 4), "float32")], [], [False], None, False).backward is None
+from tbs.backends.jax.training import _pure
+drop = keras.layers.Dropout(0.5)
+pure = _pure(lambda t: drop(t, training=True), [], list(drop.variables), lambda o: [o])
+state = [v.value for v in drop.variables]
+_, new_state = pure([], state, np.ones((8, 8), "float32"))
+out["seed_advances"] = bool(np.any(np.asarray(new_state[0]) != np.asarray(state[0])))
+import tbs  # the profile and its split-step verification, in the same process (one JAX start-up)
+timing = tbs.TimingConfig(min_samples=3, cell_budget_seconds=0.05, min_block_seconds=0.001, min_span_seconds=0.0)
+p = tbs.profile(job["branchy"], [4], devices=["cpu:0"], training=True, timing=timing, progress=None, report=False,
+                out=job["training_out"])
+verification = tbs.verify(p, tbs.recommend(p, "time"))
+out["verified"] = [verification.placed_right, verification.layers, len(verification.results)]
+phases = p.analysis.groupby("phase")["flops"].sum()
+out["analysed"] = {k: float(v) for k, v in phases.items()}
+out["row_flops"] = float(p.summary["flops"].sum())
+out["calibration"] = p.metadata["calibration"]
+print("RESULT" + json.dumps({"cli": runs, "training": out}))
+'''
+
+
+def run(job: dict[str, Any], root: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``job``: the CLI ``commands`` and the ``branchy`` model file and ``training_out`` directory. Each CLI
+    command's exit code and output, and the training part's findings."""
+    env = dict(os.environ, PYTHONPATH=str(root), TBS_LOGICAL_CPUS="2")
+    env.pop("KERAS_BACKEND", None)
+    done = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(job)], capture_output=True, text=True, env=env,
+                          timeout=300, cwd=root)
+    assert done.returncode == 0 and "RESULT" in done.stdout, done.stderr[-3000:]
+    found = json.loads(done.stdout.split("RESULT", 1)[1])
+    for command, result in zip(job["commands"], found["cli"]):
+        assert result["code"] == 0, (command[:2], result["stdout"][-2000:], result["stderr"][-2000:])
+    return found["cli"], found["training"]
