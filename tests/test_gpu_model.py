@@ -122,6 +122,34 @@ def test_half_precision_needs_channels_in_eights_and_a_pointwise_conv_is_a_gemm(
         seconds(replace(pointwise, window=9), spec, model=model) * model.conv_efficiency_cuda_cores, rel=1e-6)
 
 
+def test_winograd_is_chosen_only_where_it_is_faster_on_the_cuda_cores():
+    spec = GpuSpec("toy", 80, {"fp32": 1.5e13, "tf32": 1.2e14}, 9e13)  # bandwidth to spare: compute-bound
+    model = GpuModel(launch_s=0.0, winograd_gain=2.0, winograd_channels=32.0)
+    def three_by_three(channels: int, filters: int = 256) -> Work:
+        return replace(conv(32 * 56 * 56, filters, 9 * channels), winograd=True)
+    def gain(work: Work, precision: str = "fp32") -> float:
+        return seconds(replace(work, winograd=False), spec, precision, model) / seconds(work, spec, precision, model)
+    # many channels: Winograd's fewer multiplies, less its transforms' cost (32 channels' worth on 256)
+    assert gain(three_by_three(256)) == pytest.approx(2.0 / (1.0 + 32.0 / 256.0), rel=1e-6)
+    assert gain(three_by_three(3)) == pytest.approx(1.0)  # a first layer's 3 colours: cuDNN runs the implicit GEMM
+    # the input's gradient reduces over the filters: 3 filters back to 256 channels gains nothing either
+    assert gain(replace(three_by_three(256, filters=3), phase="backward_data")) == pytest.approx(1.0)
+    assert gain(three_by_three(256), "tf32") == pytest.approx(1.0)  # on tensor cores: an implicit GEMM, no Winograd
+
+
+def test_a_framework_convolution_call_costs_more_the_more_shapes_ran_before_it_and_a_prediction_never_pays_it():
+    spec = GpuSpec("toy", 40, {"fp32": 8e12}, 3e11)
+    model = GpuModel(conv_framework_overhead_s=5e-5, conv_call_growth_s=1e-7)
+    frame = frame_of([conv(8 * 14 * 14, 64, 9 * 64)] * 3, ["fp32"] * 3, [spec] * 3)
+    frame["framework_overhead"] = [True, True, False]
+    frame["calls_before"] = [0, 4000, 4000]
+    first, late, kernel = predict_frame(frame, model)
+    assert late - first == pytest.approx(4000 * 1e-7, rel=1e-6)  # NeuSight's 4,001st shape: 0.4 ms more per call
+    assert first - kernel == pytest.approx(5e-5, rel=1e-6)
+    plain = frame_of([conv(8 * 14 * 14, 64, 9 * 64)], ["fp32"], [spec])  # a tbs prediction: the kernel alone
+    assert float(predict_frame(plain, model)[0]) == pytest.approx(kernel, rel=1e-9)
+
+
 def test_a_convolution_layer_knows_its_window_stride_and_channels():
     def layer(in_shape: list, out_shape: list) -> LayerRecord:
         return LayerRecord(name="c", type="Conv2D", category="conv", input_shapes=[in_shape], output_shapes=[out_shape])

@@ -40,7 +40,7 @@ COLUMNS = [
     "source", "source_path", "license", "device", "framework", "precision", "op", "phase",
     "batch", "m", "n", "k", "in_h", "in_w", "in_c", "out_c", "kernel_h", "kernel_w",
     "stride", "padding", "hidden", "input_size", "seq_len", "flops", "bytes",
-    "measured_seconds", "notes",
+    "measured_seconds", "notes", "calls_before",
 ]
 CAP = 400  # max rows per (source, device, op, phase, precision) for gemm/conv2d/recurrent ops
 CAP_MEMORY_BOUND = 150  # layernorm/softmax/elementwise/embedding/copy (keeps the file near 3 MB)
@@ -133,7 +133,7 @@ def ns_micro_rows(repo: str, files: list[str]) -> list[dict]:
         df = read_csv(repo, path)
         if df is None:
             continue
-        for _, r in df.iterrows():
+        for position, (_, r) in enumerate(df.iterrows()):
             dev = NS_DEVICE.get(str(r["Device"]).strip())
             if dev is None:
                 continue
@@ -167,6 +167,9 @@ def ns_micro_rows(repo: str, files: list[str]) -> list[dict]:
                                       flops=2 * B * out * out * co * ks * ks * ci,
                                       bytes=4 * (B * ci * ins * ins + co * ci * ks * ks + B * co * out * out),
                                       notes=f"conv out={out}x{out}; {kern}",
+                                      # the shapes its process had timed before it (the file's rows are in the order
+                                      # they were run, shapes in random order): cuDNN's per-call cost grows with it
+                                      calls_before=position,
                                       _sub="micro:conv"))
             elif op in ("ln", "softmax"):
                 B, H = int(r["B"]), int(r["H"])

@@ -95,6 +95,12 @@ class GpuModel:
     # Data that fits in L2 moves at this many bytes per SM per boost-clock cycle (never slower than DRAM).
     l2_bytes_per_clock_per_sm: float = 16.0
     winograd_gain: float = 2.0  # how much faster a 3x3 stride-1 convolution runs than its direct FLOPs say
+    # Winograd's GEMMs reduce over the channels alone (the implicit GEMM over 3 x 3 x channels): a tile's fixed work
+    # (transforming its inputs, transforming and storing its outputs) costs as much as this many more channels, so
+    # with few channels the implicit GEMM is faster, and cuDNN's autotuner (PyTorch's cudnn.benchmark, TensorFlow's
+    # and XLA's autotuning) runs it instead (NeuSight: Winograd on 0-37% of convolutions with < 32 input channels per
+    # GPU, none of those with < 8; 70-92% of those with >= 128).
+    winograd_channels: float = 32.0
     # A convolution's gradients run other kernels than its forward (the weights': a reduction over every position):
     # their rates as multiples of the forward's.
     conv_grad_data_gain: float = 1.0
@@ -103,6 +109,10 @@ class GpuModel:
     # added to a prediction (tbs times compiled programs: the kernels).
     framework_overhead_s: float = 1e-5
     conv_framework_overhead_s: float = 3e-5  # a framework's convolution call costs more (cuDNN plan look-up)
+    # ... and more with every other shape its process ran before (the reference's ``calls_before``): NeuSight's small
+    # convolutions took 60-140 us in the first tenth of a GPU's run of ~5,000 shapes (random order) and 340-850 us in
+    # the last, whatever their size (PyTorch 2.1's cuDNN v8 path: its per-shape look-ups slow as they accumulate).
+    conv_call_growth_s: float = 5e-8
     # NeuSight's micro-benchmarks called nn.LayerNorm and nn.Softmax modules, whose calls cost more host time than
     # a torch function's (the ``call`` column of the reference table); never added to a prediction either.
     layernorm_call_overhead_s: float = 4e-5
@@ -209,10 +219,16 @@ def predict_frame(frame: pd.DataFrame, model: GpuModel, shapes: dict[str, np.nda
     sm_rate = frame["peak_flops_per_s"].to_numpy(dtype=float) / sms * efficiency * clock
     shapes = shapes if shapes is not None else gemm_shapes(frame)
     seconds = {name: gemm_seconds(slots, sm_rate, model.tile_exponent) for name, slots in shapes.items()}
-    fast = np.where(frame["winograd"].to_numpy(dtype=bool) & conv, model.winograd_gain, 1.0) \
-        if "winograd" in frame else 1.0
-    forward = seconds["forward"] / fast
-    grad_x = seconds["grad_x"] / (fast * np.where(conv, model.conv_grad_data_gain, 1.0))
+    # cuDNN's Winograd kernels run on the CUDA cores: a convolution on tensor cores (half precision, TF32) is an
+    # implicit GEMM (DeepBench's fp16 3x3 convolutions on a V100/T4 ran 1.3-1.7x slower than a Winograd gain said).
+    winograd = frame["winograd"].to_numpy(dtype=bool) & conv & ~tensor if "winograd" in frame \
+        else np.zeros(len(frame), bool)
+    fast = np.where(winograd, model.winograd_gain, 1.0)
+    window = np.maximum(frame["window"].to_numpy(dtype=float), 1.0) if "window" in frame else np.ones(len(frame))
+    # The forward reduces over the input channels (K / window), the input's gradient over the output channels (N).
+    forward = _fastest_algorithm(seconds["forward"], winograd, frame["k"].to_numpy(dtype=float) / window, model)
+    grad_x = _fastest_algorithm(seconds["grad_x"], winograd, frame["n"].to_numpy(dtype=float), model) \
+        / np.where(conv, model.conv_grad_data_gain, 1.0)
     grad_w = seconds["grad_w"] / (fast * np.where(conv, model.conv_grad_weight_gain, 1.0))
     gemms = frame["phase"].map(PHASE_GEMMS).fillna(1).to_numpy(dtype=float)
     phase = frame["phase"].to_numpy()
@@ -228,8 +244,10 @@ def predict_frame(frame: pd.DataFrame, model: GpuModel, shapes: dict[str, np.nda
     for name in ("forward", "grad_x"):
         seconds["step_" + name] = np.maximum(seconds[name] / fast, step_memory)
     recurrent = np.maximum(_recurrent_seconds(frame, phase, seconds, model), launches + memory)
+    calls_before = frame["calls_before"].to_numpy(dtype=float) if "calls_before" in frame else 0.0
+    conv_call = model.conv_framework_overhead_s + model.conv_call_growth_s * calls_before
     overhead = np.where(frame["framework_overhead"].to_numpy(dtype=bool),
-                        np.where(conv, model.conv_framework_overhead_s, model.framework_overhead_s), 0.0) \
+                        np.where(conv, conv_call, model.framework_overhead_s), 0.0) \
         if "framework_overhead" in frame else np.zeros(len(frame))
     if "call" in frame:
         call = frame["call"].to_numpy()
@@ -242,6 +260,17 @@ def predict_frame(frame: pd.DataFrame, model: GpuModel, shapes: dict[str, np.nda
     # overhead before the kernel starts (cuDNN's plan look-up, cuBLAS's heuristics): added.
     seconds = np.where(kind == MEMORY, np.maximum(overhead, kernels), overhead + kernels)
     return seconds * np.exp(_offset_log_scale(frame, model) + _size_correction(frame, model))
+
+
+def _fastest_algorithm(direct: np.ndarray, winograd: np.ndarray, channels: np.ndarray, model: GpuModel) -> np.ndarray:
+    """The faster of the implicit GEMM (``direct``) and, where eligible, Winograd, as cuDNN's autotuner picks.
+
+    Winograd does ``winograd_gain`` x fewer multiplies, but its GEMMs reduce over ``channels`` alone, and each tile's
+    transforms cost as much as ``winograd_channels`` more: its time is direct / gain x (1 + winograd_channels /
+    channels), slower than the implicit GEMM for few channels (a first layer's 3 colours).
+    """
+    transformed = direct / model.winograd_gain * (1.0 + model.winograd_channels / np.maximum(channels, 1.0))
+    return np.where(winograd, np.minimum(direct, transformed), direct)
 
 
 def _bandwidth(frame: pd.DataFrame, moved: np.ndarray, model: GpuModel) -> np.ndarray:
@@ -341,8 +370,8 @@ def _recurrent_seconds(frame: pd.DataFrame, phase: np.ndarray, seconds: dict[str
 _FITTED_BY = {
     (GEMM, False): ("gemm_efficiency_cuda_cores", "tile_exponent", "launch_s", "sustained_clock"),
     (GEMM, True): ("gemm_efficiency_tensor_cores", "tile_exponent", "launch_s"),
-    (CONV, False): ("conv_efficiency_cuda_cores", "winograd_gain", "conv_framework_overhead_s", "conv_grad_data_gain",
-                    "conv_grad_weight_gain"),
+    (CONV, False): ("conv_efficiency_cuda_cores", "winograd_gain", "winograd_channels", "conv_framework_overhead_s",
+                    "conv_call_growth_s", "conv_grad_data_gain", "conv_grad_weight_gain"),
     (CONV, True): ("conv_efficiency_tensor_cores",),
     (MEMORY, False): ("memory_efficiency", "launch_s", "l2_bytes_per_clock_per_sm", "framework_overhead_s",
                       "layernorm_call_overhead_s", "softmax_call_overhead_s"),
@@ -353,8 +382,8 @@ _BOUNDS = {"tile_exponent": (1e-3, 1.5), "launch_s": (5e-7, 5e-5), "fused_step_s
            "sustained_clock": (1e-3, 1.0), "l2_bytes_per_clock_per_sm": (1.0, 512.0),
            "framework_overhead_s": (1e-7, 1e-4), "layernorm_call_overhead_s": (1e-7, 1e-4),
            "softmax_call_overhead_s": (1e-7, 1e-4),
-           "conv_framework_overhead_s": (1e-7, 2e-4),
-           "winograd_gain": (1.0, 4.0), "conv_grad_data_gain": (0.2, 5.0), "conv_grad_weight_gain": (0.2, 5.0)}
+           "conv_framework_overhead_s": (1e-7, 2e-4), "conv_call_growth_s": (1e-11, 1e-6),
+           "winograd_gain": (1.0, 4.0), "winograd_channels": (0.1, 1000.0), "conv_grad_data_gain": (0.2, 5.0), "conv_grad_weight_gain": (0.2, 5.0)}
 
 
 def fit(frame: pd.DataFrame, measured_s: np.ndarray, prior: GpuModel | None = None) -> GpuModel:

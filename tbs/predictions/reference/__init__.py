@@ -118,6 +118,9 @@ def reference_table() -> pd.DataFrame:
         frame[column] = kept[column].astype(str)
     frame["measured_s"] = kept["measured_seconds"].astype(float)
     frame["framework_overhead"] = frame["framework"].str.startswith(FRAMEWORK_TIMED)
+    # NeuSight's convolutions: how many shapes their process had timed before (its per-call cost grows with them).
+    frame["calls_before"] = pd.to_numeric(kept.get("calls_before"), errors="coerce").fillna(0.0).to_numpy() \
+        if "calls_before" in kept else 0.0
     # Which call was timed, where its host cost differs: NeuSight's micro-benchmarks of LayerNorm and softmax called
     # nn.Module objects (their model traces replay graph nodes, priced as every other framework call).
     micro = frame["framework_overhead"] & ~kept["source_path"].astype(str).str.contains("/label/")
