@@ -11,7 +11,8 @@ import pytest
 
 import tbs
 from tbs.predictions.catalog import load_catalog
-from tbs.predictions.gpu_model import GpuModel, GpuSpec, fit, frame_of, predict_frame
+from tbs.predictions.gpu_fit import fit
+from tbs.predictions.gpu_model import GpuModel, GpuSpec, frame_of, predict_frame
 from tbs.predictions.gpu_predict import gpu_spec, precision_of
 from tbs.predictions.work import CONV, GEMM, MEMORY, RECURRENT, Work, work_of
 from tbs.schema import LayerRecord

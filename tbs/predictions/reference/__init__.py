@@ -16,7 +16,8 @@ from importlib import resources
 
 import pandas as pd
 
-from tbs.predictions.gpu_model import GpuModel, GpuSpec, fit, frame_of
+from tbs.predictions.gpu_fit import fit
+from tbs.predictions.gpu_model import GpuModel, GpuSpec, frame_of
 from tbs.predictions.work import CONV, GATES, GEMM, MEMORY, RECURRENT, Work
 
 GEMM_OPS = ("gemm", "linear", "matmul", "bmm")
