@@ -120,6 +120,7 @@ class Run:
         self.reporter.status(f"tbs: loading {self.backend} and {o.model if is_path(o.model) else 'the model'} ...")
         self.discovery = backends.discover(self.backend)
         self.devices = select(self.discovery, o.device_tokens, self.warn)
+        self._prices_without_a_device()
         self.custom = custom_object_dict(o.custom_objects)
         self.loaded = self.load_on(self.devices[0])
         self.reporter.status("")
@@ -129,6 +130,18 @@ class Run:
         if self.training is not None and self.training.note:
             self.warn(f"{self.training.note}; timing the stand-ins ({self.training.loss_name}, "
                       f"{self.training.optimizer_name}) instead")
+
+    def _prices_without_a_device(self) -> None:
+        """Say once why a price prices nothing here (``gpu=3`` on a machine without a GPU), where the README's
+        quick start would otherwise pass it over in silence."""
+        kinds, names = {d.kind for d in self.devices}, {d.name for d in self.devices}
+        for key, usd_per_hour in (self.options.prices or {}).items():
+            kind = key.split(":")[0]
+            if key in names or (key == kind and kind in kinds):
+                continue
+            why = self.discovery.missing.get(kind) or "not among the devices this run measures"
+            self.warn(f"{key}={usd_per_hour:g} $/h prices nothing in this profile: no {key} here ({why}); "
+                      f"the measured devices are priced as given")
 
     def _training_setup(self) -> TrainingSetup:
         """The loss and optimizer to time, fitted to the model's outputs.

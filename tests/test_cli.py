@@ -43,6 +43,9 @@ def test_profile_writes_every_cell_and_prints_tables(seq_pkl, tmp_path):
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["status"] == "complete" and meta["mode"] == "inference"
     assert [l["name"] for l in meta["layers"]] == ["dense", "dropout", "dense_1"]
+    if not any(d["kind"] == "gpu" for d in meta["devices"]):  # the GPU's price: one line says why it prices nothing
+        said = [line for line in result.stderr.splitlines() if "gpu=3 $/h prices nothing" in line]
+        assert len(said) == 1 and meta["devices_missing"]["gpu"] in said[0], result.stderr
     assert {"src", "dst", "shape", "bytes"} <= set(meta["graph"]["4"][0])
     assert meta["settings"]["xla_jit_compile"] is False and "intra_op_threads" in meta["settings"]
     assert meta["host"]["cpu_model"] and meta["versions"]["tensorflow"]
