@@ -135,12 +135,14 @@ class Run:
         """Say once why a price prices nothing here (``gpu=3`` on a machine without a GPU), where the README's
         quick start would otherwise pass it over in silence."""
         kinds, names = {d.kind for d in self.devices}, {d.name for d in self.devices}
+        found = {d.kind for d in self.discovery.devices} | {d.name for d in self.discovery.devices}
         for key, usd_per_hour in (self.options.prices or {}).items():
             kind = key.split(":")[0]
             if key in names or (key == kind and kind in kinds):
                 continue
-            why = self.discovery.missing.get(kind) or "not among the devices this run measures"
-            self.warn(f"{key}={usd_per_hour:g} $/h prices nothing in this profile: no {key} here ({why}); "
+            why = (f"{key} is not among the devices this run measures" if key in found else
+                   f"no {key} here ({self.discovery.missing.get(kind) or 'no such device on this machine'})")
+            self.warn(f"{key}={usd_per_hour:g} $/h prices nothing in this profile: {why}; "
                       f"the measured devices are priced as given")
 
     def _training_setup(self) -> TrainingSetup:

@@ -60,6 +60,8 @@ for kind, name, what in json.loads(sys.argv[1]):
     if kind == "cli":
         run = CliRunner().invoke(cli, what)
         code, stdout, stderr = run.exit_code, run.stdout, run.stderr
+        if run.exception is not None and not isinstance(run.exception, SystemExit):  # a crash, as a process shows it
+            stderr += "Traceback (most recent call last):\n" + "".join(traceback.format_exception(run.exception))
     else:
         code, stdout, stderr = 0, "", ""
         try:

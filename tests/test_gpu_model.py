@@ -80,6 +80,8 @@ def test_an_embedding_lookup_moves_the_rows_it_reads_not_its_table():
     assert work_of(emb, "embedding", 192.0, 7_696_640.0 + 8e6, 8, "tensorflow").bytes == pytest.approx(
         7_696_640 + 8e6 - 7_680_000 + 2 * 16_384)  # at batch 8 twice the rows; the rest (an update) kept
     assert work_of(emb, "embedding", 0.0, 1e5, 4, "tensorflow").bytes == 1e5  # no table in the count: as it is
+    mixed = emb.replace(output_bytes=4 * 16 * 64 * 2)  # mixed precision: a float32 table, float16 rows out
+    assert work_of(mixed, "embedding", 192.0, 7_680_000 + 256 + 8192.0, 4, "tensorflow").bytes == 256 + 2 * 8192
     from tbs.predictions.reference import fitted_model
 
     lookup = frame_of([work_of(emb, "embedding", 192.0, 7_696_640.0, 4, "tensorflow")], ["fp32"],

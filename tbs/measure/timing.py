@@ -185,7 +185,7 @@ class Timer:
         RESOLVED_SHARE of one call, so the fit is not the difference of two noisy fixed costs (a
         tiny train step's fit read about 0 per iteration, and 100,000 iterations of it made one
         sample last 10 s). Where even a sample's worth of iterations cannot resolve it, n is the
-        largest m measured. n stays where the cell's budget could not hold its minimum samples of
+        largest m seen to last less than a sample. n stays where the cell's budget could not hold its minimum samples of
         more iterations (a long step is its own amortisation).
         """
         cfg = self.config
@@ -193,16 +193,16 @@ class Timer:
         if elapsed >= sample_s or n >= cfg.max_iterations:
             return n
         one = min(self.timed(runner, 1) for _ in range(FIT_REPEATS))
-        m = min(cfg.max_iterations, max(4, 2 * n))
+        fitting, m = n, min(cfg.max_iterations, max(4, 2 * n))  # fitting: the most iterations seen within a sample
         many = min(self.timed(runner, m) for _ in range(FIT_REPEATS))
         while many - one < RESOLVED_SHARE * one and many < sample_s and m < cfg.max_iterations:
             if self.should_stop():
                 raise Interrupted()
-            m = min(cfg.max_iterations, 4 * m)
+            fitting, m = m, min(cfg.max_iterations, 4 * m)
             many = min(self.timed(runner, m) for _ in range(FIT_REPEATS))
-        if many - one < RESOLVED_SHARE * one:  # unresolved: m iterations are what was seen to fit
-            return max(n, m)
-        per_iteration = (many - one) / (m - 1)
+        if many - one < RESOLVED_SHARE * one:  # unresolved: the most iterations seen to fit in a sample
+            return max(n, m if many < sample_s else fitting)
+        per_iteration = max((many - one) / (m - 1), 1e-9)
         fixed = max(one - per_iteration, 0.0)
         wanted = math.ceil(fixed * (1.0 - FIXED_COST_FRACTION) / (FIXED_COST_FRACTION * per_iteration))
         most = min(cfg.max_iterations, int((sample_s - fixed) / per_iteration + 1e-9))

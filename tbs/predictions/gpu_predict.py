@@ -126,7 +126,7 @@ def _layer_row(row: pd.Series, layer: LayerRecord | None, backend: str, training
     return dict(ident, method=f"{METHOD}: {work.describe()}, {precision if work.kind != MEMORY else 'memory-bound'}"
                               f"{note}", median_s=seconds, low_s=seconds * low, high_s=seconds * high,
                 per_sample_s=seconds / int(row["batch_size"]),
-                bound=bound_of(float(flops) / peak, float(moved) / spec.memory_bandwidth_bytes_per_s, seconds),
+                bound=bound_of(float(flops) / peak, work.bytes / spec.memory_bandwidth_bytes_per_s, seconds),
                 reason="", in_step=row.get("in_step"))
 
 

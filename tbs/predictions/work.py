@@ -115,8 +115,8 @@ def _lookup_bytes(layer: LayerRecord | None, moved: float, batch: int) -> float:
     """An embedding lookup moves the rows it looks up, not its table.
 
     XLA's cost analysis counts a gather's whole operand (a 30,000 x 64 table read for 64 ids: 7.7 MB
-    where the kernel reads 16 KB), so where the count holds the whole table (params x the output's
-    itemsize), the table is taken out and the rows read (the output's size) put in. Once: a training
+    where the kernel reads 16 KB), so where the count holds the whole table (params x its itemsize),
+    the table is taken out and the rows read (the output's size) put in. Once: a training
     row's backward and update are counted as they run (a dense optimizer update does touch the table).
     """
     if layer is None or not layer.params or not layer.output_bytes or not layer.batch_size:
@@ -125,7 +125,9 @@ def _lookup_bytes(layer: LayerRecord | None, moved: float, batch: int) -> float:
     elements = _size(shape)
     if not elements:
         return moved
-    itemsize = layer.output_bytes / (elements * layer.batch_size)
+    # The table is float32 unless the output is wider: under mixed precision Keras keeps variables in float32
+    # and casts the looked-up rows to float16 or bfloat16.
+    itemsize = max(layer.output_bytes / (elements * layer.batch_size), 4.0)
     table, rows = layer.params * itemsize, layer.output_bytes * batch / layer.batch_size
     return moved - table + rows if moved >= table else moved
 
