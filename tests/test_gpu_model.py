@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -284,6 +285,20 @@ def test_the_shipped_reference_data_is_attributed_consistent_and_fitted_on_itsel
     assert set(model.bands) == {GEMM, CONV, MEMORY, RECURRENT}
     for low, high in model.bands.values():
         assert low < 0 < high
+
+
+def test_a_harness_floor_is_host_time_the_kernels_corrections_leave_alone():
+    """A memory-bound call waiting out its framework's call floor takes the floor itself: the architecture's
+    offset corrects the kernel only (before, the floor was scaled by it, and offsets fitted on such rows leaked
+    into every user's kernel-only prediction)."""
+    spec = GpuSpec("toy", 40, {"fp32": 8e12}, 3e11, architecture="toyarch")
+    model = GpuModel(launch_s=1e-5, framework_overhead_s=3e-5, architecture_log_scale={"toyarch": {"memory": 0.5}})
+    small, large = (frame_of([Work(MEMORY, 0.0, moved)], ["fp32"], [spec]) for moved in (100.0, 3e7))
+    for frame in (small, large):
+        frame["framework_overhead"] = True
+    assert float(predict_frame(small, model)[0]) == pytest.approx(3e-5)  # the floor, not 3e-5 x e^0.5
+    kernel = float(predict_frame(large.drop(columns=["framework_overhead"]), model)[0])
+    assert float(predict_frame(large, model)[0]) == pytest.approx(kernel) and kernel > 3e-5 * math.exp(0.5)
 
 
 def test_pytorch_backward_rows_count_the_bytes_their_kernels_move():

@@ -16,6 +16,9 @@ from tbs.predictions.gpu_model import (REFERENCE_SOURCE, SCALE_ROUNDS, GpuModel,
                                        predict_frame, size_on_curve)
 from tbs.predictions.work import CONV, GEMM, MEMORY, RECURRENT
 
+# A reference row's harness, not its kernel: the framework's call floor and what sizes it (never in a tbs prediction).
+HARNESS_COLUMNS = ("framework_overhead", "call", "calls_before")
+
 # Which constants each kind of reference row can pin down (the others keep their prior values).
 _FITTED_BY = {
     (GEMM, False): ("gemm_efficiency_cuda_cores", "tile_exponent", "launch_s", "sustained_clock"),
@@ -59,13 +62,14 @@ def fit(frame: pd.DataFrame, measured_s: np.ndarray, prior: GpuModel | None = No
     solution = least_squares(residuals, start, bounds=(lower, upper), loss="soft_l1", f_scale=0.3, diff_step=1e-3)
     fitted = GpuModel(**{**model.constants(), **dict(zip(names, map(float, np.exp(solution.x))))})
     errors = target - np.log(predict_frame(frame, fitted, shapes))
-    sizes = size_on_curve(frame)
+    sizes, decides = size_on_curve(frame), _kernel_decides(frame, fitted, shapes)
     for kind in sorted(set(frame["kind"])):
         chosen = (frame["kind"] == kind).to_numpy()
+        chosen = chosen & decides if (chosen & decides).any() else chosen
         fitted.size_curves[kind] = _curve(sizes[chosen], errors[chosen])
     errors = target - np.log(predict_frame(frame, fitted, shapes))
     if "architecture" in frame:
-        fitted.architecture_log_scale, fitted.source_log_scale = _offsets(frame, errors)
+        fitted.architecture_log_scale, fitted.source_log_scale = _offsets(frame[decides], errors[decides])
         errors = target - np.log(predict_frame(frame, fitted, shapes))
     kinds = frame["kind"].to_numpy()
     devices = frame["device"].to_numpy() if "device" in frame else None
@@ -74,6 +78,15 @@ def fit(frame: pd.DataFrame, measured_s: np.ndarray, prior: GpuModel | None = No
     fitted.fitted_on = {str(kind): int((kinds == kind).sum()) for kind in sorted(set(kinds))}
     return fitted
 
+
+
+def _kernel_decides(frame: pd.DataFrame, model: GpuModel, shapes: dict[str, np.ndarray]) -> np.ndarray:
+    """Rows whose time their kernel sets: not a memory-bound call that waited out its harness's call floor
+    (max(floor, kernel)), whose residual says nothing of the kernel a user's prediction is. Only these shape
+    the size curves and the architecture and source offsets; the bands keep every row."""
+    kernel = predict_frame(frame.drop(columns=[c for c in HARNESS_COLUMNS if c in frame]), model, shapes)
+    floor_bound = (frame["kind"].to_numpy() == MEMORY) & (predict_frame(frame, model, shapes) > kernel * (1 + 1e-9))
+    return ~floor_bound
 
 
 def _curve(size: np.ndarray, errors: np.ndarray, per_bin: int = 40) -> tuple[list[float], list[float]]:

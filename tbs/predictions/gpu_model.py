@@ -254,12 +254,13 @@ def predict_frame(frame: pd.DataFrame, model: GpuModel, shapes: dict[str, np.nda
         overhead = np.select([call == "layernorm", call == "softmax"],
                              [model.layernorm_call_overhead_s, model.softmax_call_overhead_s], overhead)
     kernels = np.select([kind == MEMORY, kind == RECURRENT], [model.launch_s + memory, recurrent], matmul)
+    # The corrections (per architecture, source and size) are the kernels': a harness's call floor is host time.
+    kernels = kernels * np.exp(_offset_log_scale(frame, model) + _size_correction(frame, model))
     # A framework call between two CUDA events: the kernel runs while the host finishes the call, so a memory-bound
     # op takes the longer of the two (NeuSight's elementwise/LayerNorm/softmax times stay at the call's floor until
     # bytes / bandwidth passes it, then follow bandwidth with nothing added). Convolutions and GEMMs pay their
     # overhead before the kernel starts (cuDNN's plan look-up, cuBLAS's heuristics): added.
-    seconds = np.where(kind == MEMORY, np.maximum(overhead, kernels), overhead + kernels)
-    return seconds * np.exp(_offset_log_scale(frame, model) + _size_correction(frame, model))
+    return np.where(kind == MEMORY, np.maximum(overhead, kernels), overhead + kernels)
 
 
 def _fastest_algorithm(direct: np.ndarray, winograd: np.ndarray, channels: np.ndarray, model: GpuModel) -> np.ndarray:
