@@ -255,3 +255,27 @@ def test_garbage_is_collected_between_groups_only_where_their_programs_hold_memo
     devices[1].memory_bytes = limit_bytes
     profile = fake_profile(tmp_path, chain(*LAYERS), devices, batch_sizes=BATCHES)
     assert profile.complete and len(counted) == collections  # 2 batches x 2 devices: after each group, or never
+
+
+@pytest.mark.parametrize("prices, said", [
+    ({"cpu": 0.5}, []),  # every price has a device
+    ({"cpu:0": 0.5}, []),
+    ({"cpu": 0.5, "gpu": 3.0}, ["gpu=3 $/h prices nothing in this profile: no gpu here (no driver here)"]),
+    ({"gpu:0": 3.0}, ["gpu:0=3 $/h prices nothing in this profile: gpu:0 is not among the devices this run measures"]),
+    ({"cpu:1": 2.0}, ["cpu:1=2 $/h prices nothing in this profile: no cpu:1 here (no such device on this machine)"]),
+])
+def test_a_price_for_a_device_this_run_lacks_is_said_once_with_why(prices, said):
+    """gpu=3 on a CPU machine priced nothing in silence; a GPU left out by --devices is not 'missing'."""
+    from types import SimpleNamespace
+
+    from tbs.backends.base import Discovery
+    from tbs.run import Run
+
+    clock = FakeClock()
+    cpu, gpu = FakeDevice("cpu", 0, clock, {}), FakeDevice("gpu", 0, clock, {})
+    run, warned = object.__new__(Run), []
+    run.options, run.warn, run.devices = SimpleNamespace(prices=prices), warned.append, [cpu]
+    run.discovery = Discovery([cpu, gpu] if "gpu:0" in prices else [cpu], {} if "gpu:0" in prices else
+                              {"gpu": "no driver here"})
+    run._prices_without_a_device()
+    assert [w.split(";")[0] for w in warned] == said
