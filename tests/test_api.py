@@ -29,7 +29,9 @@ def quick(model, **options):
 
 @pytest.fixture(scope="module")
 def in_memory_profile():
-    return quick(sequential_model(), batch_sizes=[4, 8], prices={"cpu": 0.5, "gpu": 3})
+    with warnings.catch_warnings():  # gpu=3 on a machine without one: said (tests/test_cli.py), priced nowhere
+        warnings.filterwarnings("ignore", message=".*prices nothing in this profile", category=tbs.TbsWarning)
+        return quick(sequential_model(), batch_sizes=[4, 8], prices={"cpu": 0.5, "gpu": 3})
 
 
 def test_in_memory_model_profiles_into_a_temporary_directory(in_memory_profile):
