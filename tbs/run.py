@@ -136,9 +136,10 @@ class Run:
         quick start would otherwise pass it over in silence."""
         kinds, names = {d.kind for d in self.devices}, {d.name for d in self.devices}
         found = {d.kind for d in self.discovery.devices} | {d.name for d in self.discovery.devices}
+        skipped = set(self.options.device_tokens or ())  # select() said why a requested device is missing
         for key, usd_per_hour in (self.options.prices or {}).items():
             kind = key.split(":")[0]
-            if key in names or (key == kind and kind in kinds):
+            if key in names or (key == kind and kind in kinds) or key in skipped:
                 continue
             why = (f"{key} is not among the devices this run measures" if key in found else
                    f"no {key} here ({self.discovery.missing.get(kind) or 'no such device on this machine'})")

@@ -263,6 +263,7 @@ def test_garbage_is_collected_between_groups_only_where_their_programs_hold_memo
     ({"cpu": 0.5, "gpu": 3.0}, ["gpu=3 $/h prices nothing in this profile: no gpu here (no driver here)"]),
     ({"gpu:0": 3.0}, ["gpu:0=3 $/h prices nothing in this profile: gpu:0 is not among the devices this run measures"]),
     ({"cpu:1": 2.0}, ["cpu:1=2 $/h prices nothing in this profile: no cpu:1 here (no such device on this machine)"]),
+    ({"tpu": 1.0}, []),  # --devices cpu,tpu: the device selection already said why tpu was skipped
 ])
 def test_a_price_for_a_device_this_run_lacks_is_said_once_with_why(prices, said):
     """gpu=3 on a CPU machine priced nothing in silence; a GPU left out by --devices is not 'missing'."""
@@ -274,7 +275,8 @@ def test_a_price_for_a_device_this_run_lacks_is_said_once_with_why(prices, said)
     clock = FakeClock()
     cpu, gpu = FakeDevice("cpu", 0, clock, {}), FakeDevice("gpu", 0, clock, {})
     run, warned = object.__new__(Run), []
-    run.options, run.warn, run.devices = SimpleNamespace(prices=prices), warned.append, [cpu]
+    run.options = SimpleNamespace(prices=prices, device_tokens=["cpu", "tpu"] if "tpu" in prices else None)
+    run.warn, run.devices = warned.append, [cpu]
     run.discovery = Discovery([cpu, gpu] if "gpu:0" in prices else [cpu], {} if "gpu:0" in prices else
                               {"gpu": "no driver here"})
     run._prices_without_a_device()
