@@ -140,3 +140,13 @@ def test_console_labels_predictions_apart(profile: Profile) -> None:
     assert "h100 @ batch 8: 25 µs/sample [6.25 µs – 100 µs]" in block
     assert "2 cell(s) not predicted" in block
     assert "Predicted" not in console.render(replace(profile, predictions=profile.predictions.iloc[:0]))
+
+
+def test_points_whose_labels_would_overprint_share_one_label() -> None:
+    """cnn_flowers' rescaling and two poolings sit within a tenth of a decade of each other: three names on one
+    spot were unreadable. Points about a label's width apart share one label; a point a decade away keeps its own."""
+    rows = pd.DataFrame({"layer": ["rescaling", "max_pooling2d", "max_pooling2d_1", "dense"],
+                         "arithmetic_intensity": [0.125, 0.14, 0.16, 50.0],
+                         "achieved_flops_per_s": [5.5e9, 6.0e9, 5.2e9, 4e11]})
+    labels = roofline._point_labels(rows, str)
+    assert labels == ["rescaling, max_pooling2d, max_pooling2d_1", "", "", "dense"]

@@ -24,6 +24,7 @@ from tbs.units import format_bytes, format_seconds, is_number
 BATCH_COLORS = qualitative.Dark2  # points coloured by batch size: unlike the device colours
 BOUND_SYMBOLS = {"compute": "circle", "memory": "square", "overhead": "x"}
 MAX_POINT_LABELS = 16  # past this, names on the points overlap: hover tells the layer
+LABEL_DECADES = (0.25, 0.125)  # a point label's footprint (x, y, in decades of the log axes)
 SI = (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3))
 
 
@@ -64,14 +65,20 @@ def _hover(rows: pd.DataFrame, label: Callable[[str], str]) -> list[str]:
 
 
 def _point_labels(rows: pd.DataFrame, label: Callable[[str], str]) -> list[str]:
-    """Layer names for the points; points that fall on one spot share one label instead of overprinting."""
-    spots = [(round(math.log10(x) * 20), round(math.log10(y) * 20))
-             for x, y in zip(rows["arithmetic_intensity"], rows["achieved_flops_per_s"])]
-    names: dict[tuple[int, int], list[str]] = {}
-    for spot, layer in zip(spots, rows["layer"]):
-        names.setdefault(spot, []).append(label(layer))
-    seen: set[tuple[int, int]] = set()
-    return [", ".join(names[spot]) if not (spot in seen or seen.add(spot)) else "" for spot in spots]
+    """Layer names for the points; a point within a label's footprint of an earlier labelled point adds its name
+    to that label instead of overprinting it (a 10 px name spans about a quarter of a decade of the log x axis)."""
+    out = [""] * len(rows)
+    anchors: list[tuple[float, float, int]] = []  # (log x, log y, the row whose label it is)
+    for i, (x, y, layer) in enumerate(zip(rows["arithmetic_intensity"], rows["achieved_flops_per_s"], rows["layer"])):
+        lx, ly = math.log10(x), math.log10(y)
+        near = next((a for a in anchors if abs(a[0] - lx) <= LABEL_DECADES[0] and abs(a[1] - ly) <= LABEL_DECADES[1]),
+                    None)
+        if near is None:
+            anchors.append((lx, ly, i))
+            out[i] = label(layer)
+        else:
+            out[near[2]] += ", " + label(layer)
+    return out
 
 
 def roofline_figure(cells: pd.DataFrame, whole: pd.DataFrame, device: str, batches: list[int],
