@@ -18,6 +18,8 @@ from plotly.offline import get_plotlyjs
 from tbs.place.recommend import Recommendation
 from tbs.profiles.profile import Profile
 from tbs.report import roofline, training_view as training
+from tbs.report.memory import section_memory
+from tbs.report.predicted import section_predicted
 from tbs.report.winners import crossovers, winner, winners
 from tbs.report.console import (INACTIVE_MARK, NOT_IN_STEP_MARK, NOT_IN_STEP_MEANING, comparison_table, inactive_layers,
                                 not_in_step, training_command)
@@ -354,8 +356,8 @@ REGISTRY: list[Section] = [
     Section("model", _model_title, section_model_cost),
     Section("roofline", "Roofline", roofline.section_roofline),
     Section("fig2", "FLOPs & bytes", roofline.section_fig2),
-    Section("capacity", "Largest batch", roofline.section_memory),
-    Section("predicted", "Predicted", roofline.section_predicted, _predicted),
+    Section("capacity", "Largest batch", section_memory),
+    Section("predicted", "Predicted", section_predicted, _predicted),
     Section("winners", "Winners", section_winners),
     Section("placement", "Placement", section_placement),
     Section("cells", "Every cell", section_cells),

@@ -16,8 +16,7 @@ from plotly.colors import qualitative
 
 from tbs.profiles.roofline import OVERHEAD_FRACTION, ceilings
 from tbs.report.page import ReportData, esc, figure, table
-from tbs.report.memory import section_memory
-from tbs.report.predicted import numbers, section_predicted
+from tbs.report.predicted import numbers
 from tbs.schema import MEASURED
 from tbs.units import format_bytes, format_seconds, is_number
 
