@@ -150,3 +150,22 @@ def test_points_whose_labels_would_overprint_share_one_label() -> None:
                          "achieved_flops_per_s": [5.5e9, 6.0e9, 5.2e9, 4e11]})
     labels = roofline._point_labels(rows, str)
     assert labels == ["rescaling, max_pooling2d, max_pooling2d_1", "", "", "dense"]
+
+
+def test_an_embeddings_roofline_counts_the_rows_it_reads_not_its_table() -> None:
+    """XLA counts a gather's whole table (7.7 MB for 64 ids into a 30,000 x 64 table): the lookup sat far above the
+    memory line, 'memory-bound'. Its roofline divides by the 33 KB it moves; bytes_accessed stays XLA's count."""
+    from tbs.schema import LayerRecord
+
+    emb = LayerRecord(name="emb", type="Embedding", category="embedding", params=30000 * 64,
+                      input_shapes=[[None, 16]], output_shapes=[[None, 16, 64]], input_bytes=256,
+                      output_bytes=16384, batch_size=4)
+    rows = pd.DataFrame({"layer": ["emb", "dense"], "category": ["embedding", "dense"], "device": "cpu:0",
+                         "batch_size": 4, "flops": [192.0, 1e6], "bytes_accessed": [7_696_640.0, 1e5],
+                         "median_s": [2e-5, 1e-5]})
+    calibration = {"cpu:0": {"matmul_flops_per_s": {"float32": 4e11}, "memory_bytes_per_s": 4e10}}
+    plain, counted = with_roofline(rows, calibration), with_roofline(rows, calibration, {"emb": emb})
+    assert plain.loc[0, "bound"] == "memory" and plain.loc[0, "fraction_of_roofline"] > 9  # 192 us of "memory"
+    assert counted.loc[0, "achieved_bytes_per_s"] == pytest.approx(33024 / 2e-5)
+    assert counted.loc[0, "bound"] == "overhead" and counted.loc[0, "bytes_accessed"] == 7_696_640.0
+    assert counted.loc[1].equals(plain.loc[1])  # other layers as the compiler counts them

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tbs.backends import fused_gpu_rnn_types
+from tbs.profiles.roofline import lookup_bytes
 from tbs.schema import LayerRecord
 
 GEMM, CONV, RECURRENT, MEMORY = "gemm", "conv", "recurrent", "memory"
@@ -111,27 +112,6 @@ def _recurrent(layer: LayerRecord, flops: float, moved: float, batch: int, backe
                 input_gemm=(batch * steps, gates * units, features), fused=fused)
 
 
-def _lookup_bytes(layer: LayerRecord | None, moved: float, batch: int) -> float:
-    """An embedding lookup moves the rows it looks up, not its table.
-
-    XLA's cost analysis counts a gather's whole operand (a 30,000 x 64 table read for 64 ids: 7.7 MB
-    where the kernel reads 16 KB), so where the count holds the whole table (params x its itemsize),
-    the table is taken out and the rows read (the output's size) put in. Once: a training
-    row's backward and update are counted as they run (a dense optimizer update does touch the table).
-    """
-    if layer is None or not layer.params or not layer.output_bytes or not layer.batch_size:
-        return moved
-    shape = (layer.output_shapes or [[]])[0]
-    elements = _size(shape)
-    if not elements:
-        return moved
-    # The table is float32 unless the output is wider: under mixed precision Keras keeps variables in float32
-    # and casts the looked-up rows to float16 or bfloat16.
-    itemsize = max(layer.output_bytes / (elements * layer.batch_size), 4.0)
-    table, rows = layer.params * itemsize, layer.output_bytes * batch / layer.batch_size
-    return moved - table + rows if moved >= table else moved
-
-
 # GEMMs of a layer's shape each phase runs: the forward (M, N, K), the gradient of its input
 # (M, K, N) and of its weights (K, N, M).
 PHASE_GEMMS = {"forward": 1, "backward_data": 1, "backward_weight": 1, "backward": 2, "training": 3}
@@ -152,7 +132,7 @@ def work_of(layer: LayerRecord | None, category: str, flops: float, moved: float
         if found is not None:
             return replace(found, phase="training") if training else found
     if category == "embedding":
-        moved = _lookup_bytes(layer, moved, batch)
+        moved = lookup_bytes(layer, moved, batch)
     if category in MATMUL_CATEGORIES and flops > 0:
         kind = CONV if category == "conv" else GEMM
         phase = "training" if training else "forward"

@@ -181,10 +181,26 @@ def load_profile(directory: str | os.PathLike[str]) -> Profile:
     # A cell interrupted after its analysis was written is measured again on --resume: keep the last.
     frames["analysis"] = frames["analysis"].drop_duplicates(
         subset=["target", "layer", "device", "batch_size", "mode", "phase"], keep="last").reset_index(drop=True)
-    calibration = Metadata.from_dict(metadata).calibration
-    frames["summary"] = with_roofline(frames["summary"], calibration)[[c for c in SUMMARY_COLUMNS]]
+    meta = Metadata.from_dict(metadata)
+    calibration, lookups = meta.calibration, _lookup_layers(meta)
+    frames["summary"] = with_roofline(frames["summary"], calibration, lookups)[[c for c in SUMMARY_COLUMNS]]
     frames["model"] = with_roofline(frames["model"], calibration)[[c for c in MODEL_COLUMNS]]
     return Profile(directory=directory, metadata=metadata, **frames)
+
+
+def _lookup_layers(meta: Metadata) -> dict[str, LayerRecord]:
+    """The Embedding layers whose roofline counts the rows they read, by name; an entry too damaged to read is
+    left out (its roofline keeps the compiler's bytes) rather than refusing the profile."""
+    out = {}
+    for entry in meta.layers:
+        if not isinstance(entry, dict) or entry.get("category") != "embedding":
+            continue
+        try:
+            record = LayerRecord.from_dict(entry)
+        except (TypeError, ValueError):
+            continue
+        out[record.name] = record
+    return out
 
 
 def with_layer_sums(summary: pd.DataFrame, model: pd.DataFrame) -> pd.DataFrame:

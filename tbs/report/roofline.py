@@ -147,7 +147,8 @@ def section_roofline(data: ReportData) -> str:
                        'with this tbs to see where each layer stands against its device\'s ceilings.</p>')
     calibration = data.profile.meta.calibration
     parts = [head, '<p class="note">One point per measured layer cell: across, FLOPs per byte the compiler says '
-             'it moves; up, the FLOP/s it achieved. The lines are the ceilings measured on the device itself '
+             'it moves (an Embedding: the rows it reads, where the compiler counts its whole table); up, the FLOP/s '
+             'it achieved. The lines are the ceilings measured on the device itself '
              '(a streaming copy and a float32 matmul). Fraction of roofline = the time the ceilings allow / the '
              f'measured time: under {OVERHEAD_FRACTION:g} neither FLOPs nor bytes explain the time (overhead: '
              'dispatch, latency). <b>Above 1 (a point over the line)</b> means the data stayed in cache (ran above '
