@@ -185,8 +185,8 @@ class Timer:
         RESOLVED_SHARE of one call, so the fit is not the difference of two noisy fixed costs (a
         tiny train step's fit read about 0 per iteration, and 100,000 iterations of it made one
         sample last 10 s). Where even a sample's worth of iterations cannot resolve it, n is the
-        largest m seen to last less than a sample. n stays where the cell's budget could not hold its minimum samples of
-        more iterations (a long step is its own amortisation).
+        largest m seen to last less than a sample. n stays where the cell's budget could not hold
+        its minimum samples of more iterations (a long step is its own amortisation).
         """
         cfg = self.config
         sample_s = cfg.cell_budget_seconds / cfg.min_samples  # the longest sample that lets the minimum fit

@@ -12,12 +12,9 @@ import numpy as np
 import pandas as pd
 
 from tbs.predictions.bands import fit_bands, regime
-from tbs.predictions.gpu_model import (REFERENCE_SOURCE, SCALE_ROUNDS, GpuModel, gemm_shapes, offset_group,
-                                       predict_frame, size_on_curve)
+from tbs.predictions.gpu_model import (HARNESS_COLUMNS, REFERENCE_SOURCE, SCALE_ROUNDS, GpuModel, gemm_shapes,
+                                       offset_group, predict_frame, size_on_curve)
 from tbs.predictions.work import CONV, GEMM, MEMORY, RECURRENT
-
-# A reference row's harness, not its kernel: the framework's call floor and what sizes it (never in a tbs prediction).
-HARNESS_COLUMNS = ("framework_overhead", "call", "calls_before")
 
 # Which constants each kind of reference row can pin down (the others keep their prior values).
 _FITTED_BY = {
@@ -36,7 +33,8 @@ _BOUNDS = {"tile_exponent": (1e-3, 1.5), "launch_s": (5e-7, 5e-5), "fused_step_s
            "framework_overhead_s": (1e-7, 1e-4), "layernorm_call_overhead_s": (1e-7, 1e-4),
            "softmax_call_overhead_s": (1e-7, 1e-4),
            "conv_framework_overhead_s": (1e-7, 2e-4), "conv_call_growth_s": (1e-11, 1e-6),
-           "winograd_gain": (1.0, 4.0), "winograd_channels": (0.1, 1000.0), "conv_grad_data_gain": (0.2, 5.0), "conv_grad_weight_gain": (0.2, 5.0)}
+           "winograd_gain": (1.0, 4.0), "winograd_channels": (0.1, 1000.0), "conv_grad_data_gain": (0.2, 5.0),
+           "conv_grad_weight_gain": (0.2, 5.0)}
 
 
 def fit(frame: pd.DataFrame, measured_s: np.ndarray, prior: GpuModel | None = None) -> GpuModel:
@@ -61,8 +59,9 @@ def fit(frame: pd.DataFrame, measured_s: np.ndarray, prior: GpuModel | None = No
 
     solution = least_squares(residuals, start, bounds=(lower, upper), loss="soft_l1", f_scale=0.3, diff_step=1e-3)
     fitted = GpuModel(**{**model.constants(), **dict(zip(names, map(float, np.exp(solution.x))))})
-    errors = target - np.log(predict_frame(frame, fitted, shapes))
-    sizes, decides = size_on_curve(frame), _kernel_decides(frame, fitted, shapes)
+    predicted = predict_frame(frame, fitted, shapes)
+    errors = target - np.log(predicted)
+    sizes, decides = size_on_curve(frame), _kernel_decides(frame, fitted, shapes, predicted)
     for kind in sorted(set(frame["kind"])):
         chosen = (frame["kind"] == kind).to_numpy()
         chosen = chosen & decides if (chosen & decides).any() else chosen
@@ -79,13 +78,14 @@ def fit(frame: pd.DataFrame, measured_s: np.ndarray, prior: GpuModel | None = No
     return fitted
 
 
-
-def _kernel_decides(frame: pd.DataFrame, model: GpuModel, shapes: dict[str, np.ndarray]) -> np.ndarray:
+def _kernel_decides(frame: pd.DataFrame, model: GpuModel, shapes: dict[str, np.ndarray],
+                    predicted: np.ndarray) -> np.ndarray:
     """Rows whose time their kernel sets: not a memory-bound call that waited out its harness's call floor
     (max(floor, kernel)), whose residual says nothing of the kernel a user's prediction is. Only these shape
-    the size curves and the architecture and source offsets; the bands keep every row."""
+    the size curves and the architecture and source offsets; the bands keep every row. ``predicted``: the
+    rows' predictions with their harness."""
     kernel = predict_frame(frame.drop(columns=[c for c in HARNESS_COLUMNS if c in frame]), model, shapes)
-    floor_bound = (frame["kind"].to_numpy() == MEMORY) & (predict_frame(frame, model, shapes) > kernel * (1 + 1e-9))
+    floor_bound = (frame["kind"].to_numpy() == MEMORY) & (predicted > kernel * (1 + 1e-9))
     return ~floor_bound
 
 

@@ -49,6 +49,8 @@ PEAK_OF = {"mixed": "fp16", "bf16": "fp16"}  # fp16 inputs, fp32 accumulation: t
 # libraries a current framework runs (the other sources' offsets from it are fitted: GpuModel.source_log_scale).
 REFERENCE_SOURCE = "neusight"
 SCALE_ROUNDS = 10  # alternating medians for the architecture and source offsets
+# A reference row's harness, not its kernel: the framework's call floor and what sizes it (never in a tbs prediction).
+HARNESS_COLUMNS = ("framework_overhead", "call", "calls_before")
 
 
 def sustained_fraction(base_hz: Any, boost_hz: Any, sustained: float) -> Any:
