@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tbs.backends import fused_gpu_rnn_types
-from tbs.profiles.roofline import lookup_bytes
+from tbs.profiles.roofline import lookup_bytes, sample_elements
 from tbs.schema import LayerRecord
 
 GEMM, CONV, RECURRENT, MEMORY = "gemm", "conv", "recurrent", "memory"
@@ -57,21 +57,11 @@ class Work:
         return f"{self.bytes:.3g} bytes"
 
 
-def _size(shape: Any) -> int | None:
-    """Elements of a shape after its batch axis (None where a dimension is unknown)."""
-    if not isinstance(shape, (list, tuple)) or not shape:
-        return None
-    dims = list(shape[1:])
-    if any(not isinstance(d, int) or d <= 0 for d in dims):
-        return None
-    return math.prod(dims)
-
-
 def _implicit_gemm(kind: str, flops: float, moved: float, batch: int, out_shape: list[Any],
                    flops_per_gemm_flop: float) -> Work:
     """A Dense/Conv/attention layer's GEMM from its output shape and FLOPs (K = FLOPs / 2MN)."""
     units = out_shape[-1] if isinstance(out_shape[-1], int) and out_shape[-1] > 0 else 1
-    positions = _size(list(out_shape[:-1])) or 1
+    positions = sample_elements(list(out_shape[:-1])) or 1
     m, n = batch * positions, units
     k = max(1, round(flops / flops_per_gemm_flop / (2.0 * m * n)))
     return Work(kind, flops, moved, m=m, n=n, k=k)

@@ -31,6 +31,16 @@ def ceilings(calibration: Mapping[str, Any] | None, dtype: str = "float32") -> t
                                                if calibration.get("memory_bytes_per_s") else None)
 
 
+def sample_elements(shape: Any) -> int | None:
+    """Elements of a shape after its batch axis (None where a dimension is unknown)."""
+    if not isinstance(shape, (list, tuple)) or not shape:
+        return None
+    dims = list(shape[1:])
+    if any(not isinstance(d, int) or d <= 0 for d in dims):
+        return None
+    return math.prod(dims)
+
+
 def lookup_bytes(layer: LayerRecord | None, moved: float, batch: int) -> float:
     """An embedding lookup moves the rows it looks up, not its table.
 
@@ -41,10 +51,9 @@ def lookup_bytes(layer: LayerRecord | None, moved: float, batch: int) -> float:
     """
     if layer is None or not layer.params or not layer.output_bytes or not layer.batch_size:
         return moved
-    dims = list((layer.output_shapes or [[]])[0][1:])  # after the batch axis
-    if not dims or not all(isinstance(d, int) and d > 0 for d in dims):
+    elements = sample_elements((layer.output_shapes or [[]])[0])
+    if not elements:
         return moved
-    elements = math.prod(dims)
     # The table is float32 unless the output is wider: under mixed precision Keras keeps variables in float32
     # and casts the looked-up rows to float16 or bfloat16.
     itemsize = max(layer.output_bytes / (elements * layer.batch_size), 4.0)
