@@ -18,13 +18,23 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-CLI_SCRIPT = r"""
+# Run argv[1]'s CLI commands (a list, or a job's "commands") through CliRunner: ``runs`` holds each one's
+# exit code and output. CLI_SCRIPT prints them; tests/jax_process.py goes on in the same process.
+CLI_RUNS = r"""
 import json, sys
 from click.testing import CliRunner
 from tbs.cli import cli
-runs = [CliRunner().invoke(cli, args) for args in json.loads(sys.argv[1])]
-print("RESULT" + json.dumps([{"code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr} for r in runs]))
+job = json.loads(sys.argv[1])
+runs = [CliRunner().invoke(cli, args) for args in (job["commands"] if isinstance(job, dict) else job)]
+runs = [{"code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr} for r in runs]
 """
+CLI_SCRIPT = CLI_RUNS + 'print("RESULT" + json.dumps(runs))\n'
+
+
+def assert_commands_ran(commands: list[list[str]], runs: list[dict]) -> None:
+    """Every command exited 0; the first that did not, with its output."""
+    for command, run in zip(commands, runs):
+        assert run["code"] == 0, (command[:2], run["stdout"][-2000:], run["stderr"][-2000:])
 
 
 def cli_in_one_process(commands: list[list[str]], env: dict[str, str]) -> tuple[list[dict], str]:
@@ -38,8 +48,7 @@ def cli_in_one_process(commands: list[list[str]], env: dict[str, str]) -> tuple[
                           env=dict(env, PYTHONPATH=str(ROOT)), timeout=300, cwd=ROOT)
     assert done.returncode == 0 and "RESULT" in done.stdout, done.stderr[-3000:]
     runs = json.loads(done.stdout.split("RESULT", 1)[1])
-    for command, run in zip(commands, runs):
-        assert run["code"] == 0, (command[:2], run["stdout"][-2000:], run["stderr"][-2000:])
+    assert_commands_ran(commands, runs)
     return runs, done.stderr
 
 

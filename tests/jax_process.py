@@ -17,13 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-SCRIPT = r'''
-import json, sys
-from click.testing import CliRunner
-from tbs.cli import cli
-job = json.loads(sys.argv[1])
-runs = [CliRunner().invoke(cli, args) for args in job["commands"]]
-runs = [{"code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr} for r in runs]
+from conftest import CLI_RUNS, assert_commands_ran
+
+SCRIPT = CLI_RUNS + r'''
 import time
 import numpy as np
 from tbs import backends
@@ -81,6 +77,5 @@ def run(job: dict[str, Any], root: Path) -> tuple[list[dict[str, Any]], dict[str
                           timeout=300, cwd=root)
     assert done.returncode == 0 and "RESULT" in done.stdout, done.stderr[-3000:]
     found = json.loads(done.stdout.split("RESULT", 1)[1])
-    for command, result in zip(job["commands"], found["cli"]):
-        assert result["code"] == 0, (command[:2], result["stdout"][-2000:], result["stderr"][-2000:])
+    assert_commands_ran(job["commands"], found["cli"])
     return found["cli"], found["training"]
