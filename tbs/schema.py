@@ -127,12 +127,13 @@ ROOFLINE_COLUMNS = ["arithmetic_intensity", "achieved_flops_per_s", "achieved_by
 ANALYSIS_COLUMNS = [
     "target", "layer", "device", "batch_size", "mode", "phase", "flops", "bytes_accessed", "flops_unoptimized",
     "bytes_unoptimized", "transcendentals", "temp_bytes", "argument_bytes", "output_bytes", "cost_source", "reason",
+    "kernels",
 ]
 # A cell tbs did not measure: a device from the catalog, its time scaled from a measured one.
 PREDICTION_COLUMNS = [
     "target", "layer", "layer_type", "category", "device", "device_kind", "batch_size", "mode", "source",
     "method", "predicted_from", "median_s", "low_s", "high_s", "per_sample_s", "usd_per_hour",
-    "cost_per_sample_usd", "price_source", "flops", "bytes_accessed", "bound", "reason",
+    "cost_per_sample_usd", "price_source", "flops", "bytes_accessed", "bound", "reason", "in_model_s", "model_share",
 ]
 PREDICTED = "predicted"  # predictions.csv's ``source``; measured rows never carry it
 
