@@ -2,7 +2,8 @@
 """Build tbs/predictions/reference/whole_models.csv: published whole-model GPU inference latencies.
 
 Source (a read-only git mirror, obtained with the `fetch` tool): NVIDIA DeepLearningExamples,
-https://github.com/NVIDIA/DeepLearningExamples (Apache-2.0). Only numbers are carried over (facts);
+https://github.com/NVIDIA/DeepLearningExamples (each model folder's licence: Apache-2.0, U-Net
+Medical's LICENSE BSD-3-Clause). Only numbers are carried over (facts);
 the README tables are read as text here, no code of the source is used.
 
 Each row: one model configuration, GPU, precision and batch size, with the published 90th-percentile
@@ -23,7 +24,11 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 DEFAULT_REPO = "/work/.mirror/NVIDIA+DeepLearningExamples/repo"
 DEFAULT_OUT = HERE.parent.parent / "tbs" / "predictions" / "reference" / "whole_models.csv"
-LICENSE = "Apache-2.0"
+# Each model folder's own licence (the repository has none at its root).
+LICENSES = {"TensorFlow/LanguageModeling/BERT/README.md": "Apache-2.0 (the folder's LICENSE and NOTICE)",
+            "TensorFlow2/Segmentation/UNet_Medical/README.md":
+                "BSD-3-Clause (the folder's LICENSE, NVIDIA 2018; its NOTICE names Apache-2.0, NVIDIA 2021)",
+            "TensorFlow/Classification/ConvNets/resnet50v1.5/README.md": "Apache-2.0 (ConvNets/LICENSE)"}
 # (README path, model family, framework as the README names its container, the tables' harness)
 SOURCES = [
     ("TensorFlow/LanguageModeling/BERT/README.md", "bert", "TensorFlow 20.06 (TF1), XLA on",
@@ -112,7 +117,7 @@ def rows_of(path: str, family: str, framework: str, harness: str, text: str, com
                         "statistic": "90th percentile latency of one batch", "framework": framework,
                         "harness": harness, "table": f"{heading} / {label}" if label else heading,
                         "source": "NVIDIA/DeepLearningExamples", "source_path": path, "commit": commit,
-                        "license": LICENSE})
+                        "license": LICENSES[path]})
     return out
 
 
