@@ -132,7 +132,10 @@ def test_a_profile_records_its_whole_program_and_a_gpu_is_predicted_from_it(tmp_
     shares = pd.to_numeric(layer_rows.set_index("layer")["model_share"])
     assert shares["conv0"] > 0 and shares.sum() <= 1.0 + 1e-9  # each layer's kernels inside the whole
     assert (layer_rows["median_s"] > 0).all()  # the isolated per-layer predictions stay
-    assert "t4 share of model" in tbs.render(tbs.predict(loaded, "t4"), "predicted")
+    predicted = tbs.predict(loaded, "t4")
+    assert "t4 share of model" in tbs.render(predicted, "predicted")
+    page = tbs.render(predicted, "html")
+    assert "t4 share of model" in page and "GPU model of the fused whole-model program</li>" in page
     without = tbs.predict(loaded.__class__(**{**loaded.__dict__, "analysis": loaded.analysis.drop(columns="kernels")}),
                           "t4").predictions
     fallback = without[without["target"] == "model"].iloc[0]
