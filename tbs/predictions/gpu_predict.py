@@ -124,8 +124,9 @@ def _fused_row(profile: Profile, source_device: str, summed: dict[str, Any], lay
             row["model_share"] = row["in_model_s"] / seconds if row["in_model_s"] is not None else None
     counts = found.counts()
     low, high = whole.WHOLE_BAND
-    described = ", ".join(f"{counts[k]} {name}" for k, name in (("conv", "convolutions"), ("gemm", "GEMMs"),
-                                                                 ("memory", "memory passes")) if counts.get(k))
+    described = ", ".join(f"{counts[k]} {name}{'' if counts[k] == 1 else plural}" for k, name, plural in
+                          (("conv", "convolution", "s"), ("gemm", "GEMM", "s"), ("memory", "memory pass", "es"))
+                          if counts.get(k))
     return dict(summed, method=f"{whole.METHOD}: {described} of the whole program compiled for {source_device}, "
                                f"{precision}, + {found.host_overhead_s * 1e3:.2g} ms host overhead per step"
                                f"{' + the host-only layers measured on the CPU' if host else ''} "
