@@ -27,7 +27,10 @@ Format history (``FORMAT_VERSION``, written to ``metadata.json`` as ``tbs_profil
   ``overlapped``); training rows gain ``in_step`` (False: a row the compiled train step never runs,
   an output activation whose logits the loss reads, shown and never summed) and TensorFlow's
   backward is timed alone (phase ``backward``, each sample after one forward). Older versions
-  read unchanged.
+  read unchanged. Added since, without a new version (a reader fills a missing column blank):
+  analysis.csv's ``kernels`` (the optimised program's kernels, JSON) and predictions.csv's
+  ``in_model_s`` and ``model_share`` (a layer's seconds and share inside a whole model predicted
+  from its compiled program).
 """
 
 from __future__ import annotations
@@ -127,12 +130,13 @@ ROOFLINE_COLUMNS = ["arithmetic_intensity", "achieved_flops_per_s", "achieved_by
 ANALYSIS_COLUMNS = [
     "target", "layer", "device", "batch_size", "mode", "phase", "flops", "bytes_accessed", "flops_unoptimized",
     "bytes_unoptimized", "transcendentals", "temp_bytes", "argument_bytes", "output_bytes", "cost_source", "reason",
+    "kernels",
 ]
 # A cell tbs did not measure: a device from the catalog, its time scaled from a measured one.
 PREDICTION_COLUMNS = [
     "target", "layer", "layer_type", "category", "device", "device_kind", "batch_size", "mode", "source",
     "method", "predicted_from", "median_s", "low_s", "high_s", "per_sample_s", "usd_per_hour",
-    "cost_per_sample_usd", "price_source", "flops", "bytes_accessed", "bound", "reason",
+    "cost_per_sample_usd", "price_source", "flops", "bytes_accessed", "bound", "reason", "in_model_s", "model_share",
 ]
 PREDICTED = "predicted"  # predictions.csv's ``source``; measured rows never carry it
 
@@ -164,11 +168,12 @@ TEXT, COUNT, SECONDS, AMOUNT, FLAG = "text", "count", "seconds", "amount", "flag
 _SECONDS = ["median_s", "p25_s", "p75_s", "ci_low_s", "ci_high_s", "per_sample_s", "first_call_s", *PHASE_COLUMNS,
             "layers_sum_s", "layers_sum_per_sample_s", "overlapped_s", "dispatch_overhead_s", "input_copy_s",
             "raw_seconds",
-            "harness_call_s", "harness_iteration_s", "seconds_per_call", "seconds", "low_s", "high_s", "roofline_s"]
+            "harness_call_s", "harness_iteration_s", "seconds_per_call", "seconds", "low_s", "high_s", "roofline_s", "in_model_s"]
 _COUNTS = ["batch_size", "n", "iterations", "sample", "layers_measured"]
 _AMOUNTS = ["usd_per_hour", "cost_per_sample_usd", *TRAINING_MEMORY_COLUMNS, "activation_bytes", "input_bytes",
             "bytes", *[c for c in COST_COLUMNS if c != "cost_source"], "argument_bytes", "output_bytes",
-            "memory_bytes", "peak_bytes", *[c for c in ROOFLINE_COLUMNS if c not in ("bound", "roofline_s")]]
+            "memory_bytes", "peak_bytes", *[c for c in ROOFLINE_COLUMNS if c not in ("bound", "roofline_s")],
+            "model_share"]
 COLUMN_KINDS: dict[str, str] = {**{c: SECONDS for c in _SECONDS}, **{c: COUNT for c in _COUNTS},
                                 **{c: AMOUNT for c in _AMOUNTS}, "in_step": FLAG}
 # Columns whose text must be one of a few words.
