@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 
 import numpy as np
@@ -98,16 +99,18 @@ def test_placement_prices_the_input_copy_and_the_layer_named_output_as_layers(tm
 
 
 def test_the_minimum_cut_takes_layers_named_like_its_own_nodes():
-    """The s-t cut named its nodes "s", "t" and "host" beside the layers: a layer so named was merged with one."""
+    """The s-t cut named its nodes "s", "t" and "host" beside the layers: a layer so named was merged with one
+    (on 36 of these 40 problems its placement cost more than the best)."""
     layers = ["s", "t", "host", "output"]
-    cost = {("s", "a"): 1.0, ("s", "b"): 5.0, ("t", "a"): 5.0, ("t", "b"): 1.0, ("host", "a"): 1.0,
-            ("host", "b"): 4.0, ("output", "a"): 3.0, ("output", "b"): 1.0}
-    reads = {input_endpoint("x"): ("s", "t"), "s": ("host", "output"), "t": ("output",), "host": (GRAPH_OUTPUT,),
+    reads = {input_endpoint("x"): ("s", "t"), "s": ("host", "output"), "t": ("output",), "host": ("output",),
              "output": (GRAPH_OUTPUT,)}
-    tensors = [Tensor(src, consumers, 1000) for src, consumers in reads.items()]
-    problem = Problem(layers, ["a", "b"], "a", cost, tensors, lambda s, d, n: 0.0 if s == d else 0.5 + n * 1e-3)
-    assert not is_chain(problem)
-    assert solve_two_devices(problem).cost == pytest.approx(brute_force(problem).cost)
+    for seed in range(40):
+        rng = random.Random(seed)
+        cost = {(layer, d): rng.uniform(0.1, 5) for layer in layers for d in "ab"}
+        tensors = [Tensor(src, consumers, rng.randint(1, 3000)) for src, consumers in reads.items()]
+        problem = Problem(layers, ["a", "b"], "a", cost, tensors, lambda s, d, n: 0.0 if s == d else 0.5 + n * 1e-3)
+        assert not is_chain(problem)
+        assert solve_two_devices(problem).cost == pytest.approx(brute_force(problem).cost), seed
 
 
 def _as_version_5(directory):
