@@ -33,9 +33,10 @@ Format history (``FORMAT_VERSION``, written to ``metadata.json`` as ``tbs_profil
   from its compiled program).
 - 6: tbs 0.6 — the layer graph's endpoints are names no layer or input can take: a model input is
   ``/input/<its name>`` and the model's outputs go to ``/output`` (``GRAPH_INPUT``, ``GRAPH_OUTPUT``),
-  where versions 1-5 wrote ``input:<its name>`` and ``output``, which a layer named ``output`` or an
-  input named ``image`` was mistaken for or left out of. Older graphs read as if written so
-  (``current_graph``), and a resumed profile goes on in the new names.
+  where versions 1-5 wrote ``input:<its name>`` and ``output``, which were compared with layer names:
+  a layer named ``output`` was taken for the model's output, one named ``input_proj`` for a model
+  input on the host. Older graphs read as if written so (``current_graph``), and a resumed profile
+  goes on in the new names.
 """
 
 from __future__ import annotations
