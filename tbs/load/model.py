@@ -224,8 +224,10 @@ def _load_keras(path: Path, custom_objects: dict[str, Any], safe_mode: bool, com
     if not compile:
         return model, ""
     missing = _missing_name(failed)
+    # Keras 3 cannot read every compile() a Keras 2-era .h5 holds (a loss saved by name): no code is missing.
+    advice = "" if path.suffix.lower() in H5_SUFFIXES else "; pass --custom-objects with the code it needs"
     why = (f"it needs '{missing}', which is not defined here; pass --custom-objects FILE.py defining it"
-           if missing else f"{_first_line(failed)[:160]}; pass --custom-objects with the code it needs")
+           if missing else f"{_first_line(failed)[:160]}{advice}")
     return model, (f"the model's own compile() could not be restored from '{path.name}': {why}, "
                    f"or choose --loss and --optimizer")
 
