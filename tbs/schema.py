@@ -31,6 +31,12 @@ Format history (``FORMAT_VERSION``, written to ``metadata.json`` as ``tbs_profil
   analysis.csv's ``kernels`` (the optimised program's kernels, JSON) and predictions.csv's
   ``in_model_s`` and ``model_share`` (a layer's seconds and share inside a whole model predicted
   from its compiled program).
+- 6: tbs 0.6 — the layer graph's endpoints are names no layer or input can take: a model input is
+  ``/input/<its name>`` and the model's outputs go to ``/output`` (``GRAPH_INPUT``, ``GRAPH_OUTPUT``),
+  where versions 1-5 wrote ``input:<its name>`` and ``output``, which were compared with layer names:
+  a layer named ``output`` was taken for the model's output, one named ``input_proj`` for a model
+  input on the host. Older graphs read as if written so (``current_graph``), and a resumed profile
+  goes on in the new names.
 """
 
 from __future__ import annotations
@@ -39,8 +45,8 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Mapping, NamedTuple
 
-FORMAT_VERSION = 5
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+FORMAT_VERSION = 6
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 # The Keras backend a profile was measured on when its metadata does not say (profiles before
 # the backend was recorded); ``tbs.backends.DEFAULT`` is this same name.
 DEFAULT_BACKEND = "tensorflow"
@@ -94,6 +100,42 @@ class CellKey(NamedTuple):
 
 MODEL_LAYER = "(model)"  # the layer column of whole-model samples
 LOSS_LAYER = "(loss)"  # the layer column of a training profile's loss row (category "loss")
+
+# The layer graph's endpoints. Keras refuses "/" in any layer, model or input name, and the capture
+# joins a nested call's names with it, so no call or input name starts with "/": these never meet one.
+GRAPH_INPUT = "/input"  # a model input's edges come from "/input/<input name>"; a split runner's Source tag
+GRAPH_OUTPUT = "/output"  # where the model's outputs go (the host in inference, the loss in training)
+
+
+def input_endpoint(name: str) -> str:
+    """The graph's name for the model input called ``name``."""
+    return f"{GRAPH_INPUT}/{name}"
+
+
+def is_input_endpoint(name: str) -> bool:
+    """Whether a graph edge's source is a model input (on the host), not a layer."""
+    return name.startswith(GRAPH_INPUT + "/")
+
+
+def current_graph(graph: Mapping[str, list[dict[str, Any]]], version: int,
+                  layers: set[str]) -> dict[str, list[dict[str, Any]]]:
+    """A profile's graph in this version's endpoint names (``layers``: its recorded layer names).
+
+    Versions before 6 wrote ``input:<name>`` and ``output``: a source so named is an input unless it is a
+    recorded layer, and an edge into ``output`` goes to the model's output, unless a layer is named
+    ``output``: then only that layer's own edge does (a layer never feeds itself).
+    """
+    if version >= 6:
+        return dict(graph)
+
+    def src(name: str) -> str:
+        return input_endpoint(name[len("input:"):]) if name.startswith("input:") and name not in layers else name
+
+    def dst(edge: Mapping[str, Any]) -> str:
+        sink = edge["dst"] == "output" and ("output" not in layers or edge["src"] == "output")
+        return GRAPH_OUTPUT if sink else edge["dst"]
+
+    return {batch: [dict(e, src=src(e["src"]), dst=dst(e)) for e in edges] for batch, edges in graph.items()}
 
 
 class Phase(str, Enum):
