@@ -25,6 +25,7 @@ from tbs.backends.base import Device
 from tbs.backends.host import memory_headroom_bytes
 from tbs.load.inputs import structure_inputs
 from tbs.load.train_setup import fit_to_outputs
+from tbs.measure.parts import InParts
 from tbs.measure.dedupe import find_shared, shared_row
 from tbs.measure.rows import Cell
 from tbs.measure.inference import InferenceCells
@@ -35,7 +36,7 @@ from tbs.schema import LOSS_LAYER, MEASURED, MODEL_LAYER, CellKey, Status
 from tbs.backends.tensors import tensor_bytes
 from tbs.measure.timing import Interleaved, Interrupted, Measurement, Runner, Timer
 
-class Profiler:
+class Profiler(InParts):
     def __init__(self, request: ProfileRequest, store: CellSink, progress: Progress,
                  should_stop: Callable[[], bool] = lambda: False,
                  clock: Callable[[], float] = time.perf_counter) -> None:
@@ -203,6 +204,9 @@ class Profiler:
             return
         if captured is None:
             shortfall = headroom.host_shortfall(device, self.activation_bytes_per_sample, batch)
+            if shortfall and not r.training:  # a training group keeps every activation for its backward
+                self._run_in_parts(device, batch, shortfall)
+                return
             if shortfall:
                 self._failed_cells(device, batch, MemoryError(shortfall))
                 return

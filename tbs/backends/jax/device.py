@@ -150,6 +150,25 @@ class JaxDevice(Device):
 
         return runner
 
+    def compiled_outputs(self, call: Callable[..., list[Any]], tensors: list[Any],
+                         variables: Sequence[Any] = ()) -> list[Any] | None:
+        """One ``jax.jit`` call: XLA computes only what its outputs need."""
+        jax = _jax()
+        variables = list(variables)
+        pure = _stateless(lambda *t: list(call(*t)), variables)
+        return list(jax.jit(pure)(self._values_here(variables), *[self._put(t) for t in tensors]))
+
+    def trace(self, call: Callable[..., Any], tensors: list[Any], variables: Sequence[Any] = ()) -> bool:
+        jax = _jax()
+        variables = list(variables)
+        pure = _stateless(lambda *t: _arrays(call(*t)), variables)
+        jax.eval_shape(pure, [self.abstract(v.value) for v in variables], *tensors)
+        return True
+
+    def abstract(self, x: Any) -> Any:
+        jax = _jax()
+        return jax.ShapeDtypeStruct(x.shape, x.dtype) if hasattr(x, "shape") and hasattr(x, "dtype") else x
+
     def program_cost(self, call: Callable[..., Any], tensors: list[Any], xla: bool,
                      variables: Sequence[Any] = ()) -> ProgramCost:
         from tbs.backends.jax import analysis
