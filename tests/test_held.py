@@ -58,7 +58,7 @@ def test_a_batch_whose_eager_capture_would_not_fit_is_measured_in_parts_and_one_
     p = tbs.profile(_chain(8), [4, 64, 1024], devices="cpu", timing=tbs.TimingConfig(**FAST), progress=None,
                     report=False, out=tmp_path / "p")
     s, m = p.summary.set_index(["layer", "batch_size"]), p.model.set_index("batch_size")
-    old_estimate = 64 * sum(layer["output_bytes"] / layer["batch_size"] for layer in p.metadata["layers"])
+    old_estimate = 64 * (sum(layer["output_bytes"] / layer["batch_size"] for layer in p.metadata["layers"]) + 256 * 4)
     assert old_estimate > 0.8 * 640 * KIB  # the eager capture's rule refused this batch (every cell oom before)
     at64 = p.summary[p.summary["batch_size"] == 64]
     assert len(at64) == 8 and set(at64["status"]) <= {"ok", "noisy"} and m.loc[64, "status"] in ("ok", "noisy")

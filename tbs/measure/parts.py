@@ -19,7 +19,7 @@ from tbs.backends.tensors import tensor_bytes
 from tbs.capture import compiled
 from tbs.capture.recorder import Capture, LayerCall
 from tbs.load.inputs import structure_inputs
-from tbs.measure import analysis, held, rows, transfers
+from tbs.measure import analysis, headroom, held, rows, transfers
 from tbs.measure.dedupe import call_signature
 from tbs.measure.capacity import HOST_MARGIN, call_at, search
 from tbs.measure.inference import invoker
@@ -31,6 +31,27 @@ from tbs.schema import MEASURED, MODEL_LAYER, CellKey, Status
 class InParts:
     """Mixed into ``Profiler``: it lends ``request``, ``store``, ``timer``, ``saved``, ``costs``, ``analysed``, ``progress``
     and its ``_save``, ``_base_row``, ``_failed_cells`` and ``_measure_group``."""
+
+    def _first_too_big(self, device: Device, batch: int) -> tuple[Capture, int] | None:
+        """The first batch's call records and input bytes, traced on shapes alone, where one eager capture
+        of it would not fit in the host's memory (None where it would, or where this cannot be told):
+        the first capture is then not made, and its group goes the way of any other too large."""
+        r = self.request
+        if device.kind != "cpu" or memory_headroom_bytes() is None:
+            return None
+        model = r.model_on(device)
+        if not getattr(model, "built", False):  # a trace must not be where its weights are first made
+            return None
+        try:
+            inputs = device.place(structure_inputs(model, r.host_inputs(batch), r.specs))
+            traced = compiled.records(model, inputs, device, r.tensors_fn, r.rebuild_fn)
+        except Exception:  # a model that does not trace: its eager capture decides, as before
+            return None
+        if traced is None:
+            return None
+        input_bytes = sum(tensor_bytes(x) for x in r.tensors_fn(inputs))
+        per_sample = (sum(c.output_bytes for c in traced.capture.calls) + input_bytes) / batch
+        return (traced.capture, input_bytes) if headroom.host_shortfall(device, per_sample, batch) else None
 
     def _run_in_parts(self, device: Device, batch: int, shortfall: str) -> None:
         """An inference group whose eager capture would not fit: sampled a part at a time (``held``).
@@ -102,7 +123,10 @@ class InParts:
             ran = [int(k.batch_size) for k, row in self.saved if k.target == "model" and k.device == device.name
                    and row.get("status") in MEASURED]
             found = search(call_at(r, device), device, max(ran, default=1), HOST_MARGIN * free, None, batch)
-            reason = "" if found["confirmed_batch"] == batch else f"out of memory: tried first, {found['reason']}"
+            reason = "" if found["confirmed_batch"] == batch else (
+                f"out of memory: real calls (each at most 2x a batch whose peak was measured) reached batch "
+                f"{found['confirmed_batch']} within {free / 2**30:.1f} GiB available"
+                + (f"; {found['reason']}" if found["reason"] else ""))
         if not reason:
             self._measure_group(device, batch, Capture([], traced.capture.edges, None), inputs, copy_seconds,
                                 input_bytes, model_key)

@@ -148,11 +148,13 @@ class Profiler(InParts):
         r = self.request
         batches = sorted(r.batch_sizes)
         first: tuple[Capture, Any, float, int] | None = None
+        traced = self._first_too_big(r.devices[0], batches[0])  # (records, input bytes) where one capture cannot fit
         try:
             # Captured twice: the second pass's eager times are free of first-call costs
             # (kernel and oneDNN primitive creation), so they estimate the work far better.
-            self._capture(r.devices[0], batches[0])
-            first = self._capture(r.devices[0], batches[0])
+            if traced is None:
+                self._capture(r.devices[0], batches[0])
+                first = self._capture(r.devices[0], batches[0])
         except Exception as exc:
             self.first_oom = exc  # recorded for its cells, not tried again (an allocator may wait ~10 s to fail)
             if not rows.is_oom(exc):
@@ -162,16 +164,16 @@ class Profiler(InParts):
                 ) from None
         if first is not None and r.training_setup is not None:
             fit_to_outputs(r.training_setup, first[0].outputs)  # a loss that does not fit: one line, before any timing
-        if first is not None:
-            record_structure(self.store, first[0], batches[0], self._training_setup)
-            self.eta.seed(first[0].calls, batches[0], r.batch_sizes, [d.name for d in r.devices], r.mode,
+        records, input_bytes = (first[0], first[3]) if first is not None else traced or (None, 0)
+        if records is not None:
+            record_structure(self.store, records, batches[0], self._training_setup if first is not None else None)
+            self.eta.seed(records.calls, batches[0], r.batch_sizes, [d.name for d in r.devices], r.mode,
                           3 if r.training else 1, self.store.is_done)
-            self.activation_bytes_per_sample = (
-                sum(c.output_bytes for c in first[0].calls) + first[3]) / batches[0]
+            self.activation_bytes_per_sample = (sum(c.output_bytes for c in records.calls) + input_bytes) / batches[0]
         self._measure_transfers()
-        if first is not None and r.analysis:
+        if records is not None and r.analysis:
             self.store.update_metadata(calibration=calibrate_devices(
-                r.devices, model_dtypes(first[0].calls), self.timer, self._harness,
+                r.devices, model_dtypes(records.calls), self.timer, self._harness,
                 self.store.meta.calibration, self.progress.describe))
         self.progress.start(self.eta.remaining_seconds)
         for batch in batches:
