@@ -167,7 +167,9 @@ class JaxDevice(Device):
 
     def abstract(self, x: Any) -> Any:
         jax = _jax()
-        return jax.ShapeDtypeStruct(x.shape, x.dtype) if hasattr(x, "shape") and hasattr(x, "dtype") else x
+        if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+            return x
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=jax.sharding.SingleDeviceSharding(self.jax_device))
 
     def program_cost(self, call: Callable[..., Any], tensors: list[Any], xla: bool,
                      variables: Sequence[Any] = ()) -> ProgramCost:
@@ -175,7 +177,12 @@ class JaxDevice(Device):
 
         variables = list(variables)
         pure = _stateless(lambda *t: _arrays(call(*t)), variables)
-        return analysis.program_cost(self._put, pure, [v.value for v in variables], list(tensors))
+        jax = _jax()
+
+        def place(x: Any) -> Any:  # a stand-in from ``abstract`` is lowered as it is: there is no data to copy
+            return x if isinstance(x, jax.ShapeDtypeStruct) else self._put(x)
+
+        return analysis.program_cost(place, pure, [v.value for v in variables], list(tensors))
 
     def calibration_programs(self, dtype: str) -> list[CalibrationProgram]:
         from tbs.backends.jax import analysis
