@@ -51,10 +51,9 @@ def test_a_batch_whose_eager_capture_would_not_fit_is_measured_in_parts_and_one_
     would hold 576 KiB (all of it, more than 80% of the headroom, so it was refused); each layer holds
     128 KiB: every cell is timed, in parts. At batch 1024 no cell fits: each is out of memory with the compiler's analysis at that batch."""
     import tbs
-    from tbs.measure import headroom, parts
+    from tbs.measure import headroom
 
-    for module in (headroom, parts):
-        monkeypatch.setattr(module, "memory_headroom_bytes", lambda: 640 * KIB)
+    monkeypatch.setattr(headroom, "memory_headroom_bytes", lambda: 640 * KIB)
     p = tbs.profile(_chain(8), [4, 64, 1024], devices="cpu", timing=tbs.TimingConfig(**FAST), progress=None,
                     report=False, out=tmp_path / "p")
     s, m = p.summary.set_index(["layer", "batch_size"]), p.model.set_index("batch_size")

@@ -14,7 +14,6 @@ from typing import Any, Callable
 import numpy as np
 
 from tbs.backends.base import Device
-from tbs.backends.host import memory_headroom_bytes
 from tbs.backends.tensors import tensor_bytes
 from tbs.capture import compiled
 from tbs.capture.recorder import Capture, LayerCall
@@ -37,7 +36,7 @@ class InParts:
         of it would not fit in the host's memory (None where it would, or where this cannot be told):
         the first capture is then not made, and its group goes the way of any other too large."""
         r = self.request
-        if device.kind != "cpu" or memory_headroom_bytes() is None:
+        if device.kind != "cpu" or headroom.memory_headroom_bytes() is None:
             return None
         model = r.model_on(device)
         if not getattr(model, "built", False):  # a trace must not be where its weights are first made
@@ -76,7 +75,7 @@ class InParts:
             return
         record_structure(self.store, traced.capture, batch, None)
         input_bytes = sum(tensor_bytes(x) for x in r.tensors_fn(inputs))
-        free = memory_headroom_bytes() or 0.0
+        free = headroom.memory_headroom_bytes() or 0.0
         temps, model_per_sample = held.compiler_figures(list(getattr(self.store, "resumed_rows", [])) + self.saved,
                                                         device.name, batch)
         calls = {c.name: c for c in traced.capture.calls}
