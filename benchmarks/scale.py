@@ -15,8 +15,8 @@ Cases (CPU, TensorFlow, default statistics, one process each):
   one profile per batch size (32 and 256) with short sample settings: at 256 one eager capture
   would hold 35 GiB of activations, so the batch is measured in parts (docs/measuring.md).
 
-For each: the wall time, the profile process's peak memory (RSS), the time inside timed samples, the tool's overhead (wall ÷ timed),
-Σ layers against the whole model (or train step), how many rows share a representative's
+For each: the wall time, the profile process's peak memory (RSS), the time inside timed samples,
+the tool's overhead (wall ÷ timed), Σ layers against the whole model (or train step), how many rows share a representative's
 measurement (``shared_with``), and how many cells are noisy. With ``--full`` the same profile is
 taken again with ``--no-dedupe`` and each shared row is compared with its own measurement there:
 the ratio, and whether it falls inside the full run's 95% CI.

@@ -49,7 +49,8 @@ def test_a_batch_whose_eager_capture_would_not_fit_is_measured_in_parts_and_one_
         tmp_path, monkeypatch):
     """8 Dense layers, 1 KiB of activations a sample each, 640 KiB of headroom. At batch 64 one eager capture
     would hold 576 KiB (all of it, more than 80% of the headroom, so it was refused); each layer holds
-    128 KiB: every cell is timed, in parts. At batch 1024 no cell fits: each is out of memory with the compiler's analysis at that batch."""
+    128 KiB: every cell is timed, in parts. At batch 1024 no cell fits: each is out of memory with the
+    compiler's analysis at that batch."""
     import tbs
     from tbs.measure import headroom
 

@@ -28,8 +28,8 @@ from tbs.schema import MEASURED, MODEL_LAYER, CellKey, Status
 
 
 class InParts:
-    """Mixed into ``Profiler``: it lends ``request``, ``store``, ``timer``, ``saved``, ``costs``, ``analysed``, ``progress``
-    and its ``_save``, ``_base_row``, ``_failed_cells`` and ``_measure_group``."""
+    """Mixed into ``Profiler``: it lends ``request``, ``store``, ``timer``, ``saved``, ``costs``, ``analysed``,
+    ``progress`` and its ``_save``, ``_base_row``, ``_failed_cells`` and ``_measure_group``."""
 
     def _first_too_big(self, device: Device, batch: int) -> tuple[Capture, int] | None:
         """The first batch's call records and input bytes, traced on shapes alone, where one eager capture
@@ -134,8 +134,11 @@ class InParts:
         def forward(*tensors: Any) -> Any:
             return model(r.rebuild_fn(inputs, list(tensors)), training=False)
 
-        self._untimed(model_key, self._base_row(device, batch), reason, None, lambda: {analysis.FORWARD: device.program_cost(
-            forward, [device.abstract(x) for x in r.tensors_fn(inputs)], r.xla, model.variables)})
+        def analyse() -> dict[str, Any]:
+            stand_ins = [device.abstract(x) for x in r.tensors_fn(inputs)]
+            return {analysis.FORWARD: device.program_cost(forward, stand_ins, r.xla, model.variables)}
+
+        self._untimed(model_key, self._base_row(device, batch), reason, None, analyse)
 
     def _untimed(self, key: CellKey, base: dict[str, Any], reason: str, call: LayerCall | None,
                  analyse: Callable[[], dict[str, Any]]) -> None:
