@@ -10,10 +10,13 @@ Cases (CPU, TensorFlow, default statistics, one process each):
   --no-deps keras-hub && pip install regex rich tokenizers sentencepiece kagglehub`` keeps pip from
   swapping TensorFlow for the version tensorflow-text pins, which a model built from a config never uses;
   its token inputs have no declared length, so without ``--input`` tbs would make 16-token ones);
-  ``transformer-seq16`` is the same model on those 16-token synthetic inputs.
+  ``transformer-seq16`` is the same model on those 16-token synthetic inputs;
+- ``resnet50``: keras.applications.ResNet50 (weights=None, 224x224, 176 leaf layers), inference,
+  one profile per batch size (32 and 256) with short sample settings: at 256 one eager capture
+  would hold 35 GiB of activations, so the batch is measured in parts (docs/measuring.md).
 
-For each: the wall time, the time inside timed samples, the tool's overhead (wall ÷ timed),
-Σ layers against the whole model (or train step), how many rows share a representative's
+For each: the wall time, the profile process's peak memory (RSS), the time inside timed samples,
+the tool's overhead (wall ÷ timed), Σ layers against the whole model (or train step), how many rows share a representative's
 measurement (``shared_with``), and how many cells are noisy. With ``--full`` the same profile is
 taken again with ``--no-dedupe`` and each shared row is compared with its own measurement there:
 the ratio, and whether it falls inside the full run's 95% CI.
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -40,7 +44,11 @@ CASES = {
     "ic_dr": dict(batches="8,32", training=False),
     "transformer": dict(batches="8,32", training=False, sequence=128),
     "transformer-seq16": dict(batches="8,32", training=False),
+    "resnet50": dict(batches="32,256", training=False, each_batch=True,
+                     extra=["--min-samples", "3", "--max-cell-seconds", "0.2", "--min-span-seconds", "0",
+                            "--min-block-ms", "2"]),
 }
+APPLICATIONS = {"efficientnet-training": "EfficientNetB0", "resnet50": "ResNet50"}
 
 
 BERT = ("keras_hub.models.BertBackbone(vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768, "
@@ -54,7 +62,7 @@ def build(case: str, directory: Path) -> Path:
     transformer = case.startswith("transformer")
     path = directory / ("transformer.keras" if transformer else f"{case}.keras")
     if not path.exists():
-        code = BERT if transformer else "keras.applications.EfficientNetB0(weights=None)"
+        code = BERT if transformer else f"keras.applications.{APPLICATIONS[case]}(weights=None)"
         script = (f"import keras{', keras_hub' if transformer else ''}\n"
                   f"model = {code}\n"
                   f"model.save({str(path)!r})\n")
@@ -84,14 +92,19 @@ def profile(model: Path, out: Path, batches: str, training: bool, extra: list[st
     command = [sys.executable, "-m", "tbs", "profile", str(model), "--out", str(out), "--batch", batches,
                *(["--training"] if training else []), *extra]
     started = time.perf_counter()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)  # this process's own peak RSS (ru_maxrss: KiB on Linux)
     wall = time.perf_counter() - started
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode:
+        raise subprocess.CalledProcessError(child.returncode, command)
     import pandas as pd
 
     summary, model_rows = pd.read_csv(out / "summary.csv"), pd.read_csv(out / "model.csv")
     samples = pd.read_csv(out / "samples.csv")
     timed = float(samples["raw_seconds"].sum())
-    return dict(wall_s=wall, timed_s=timed, overhead=wall / timed, rows=len(summary),
+    return dict(wall_s=wall, peak_rss_bytes=usage.ru_maxrss * 1024, timed_s=timed, overhead=wall / timed,
+                rows=len(summary), statuses=summary["status"].value_counts().to_dict(),
                 shared=int(summary["shared_with"].notna().sum()), noisy=int((summary["status"] == "noisy").sum()),
                 sum_ratio={int(r.batch_size): float(r.layers_sum_s / r.median_s) for r in model_rows.itertuples()},
                 directory=str(out))
@@ -123,17 +136,17 @@ def table(results: dict[str, dict]) -> str:
     host = host_info()
     lines = [f"Measured {dt.date.today().isoformat()} on {host['cpu_model']} ({host['cpu_count']} cores), "
              "TensorFlow, CPU, default statistics; `python benchmarks/scale.py CASE --full`.", "",
-             "| case | batches | run | wall | timed | overhead (wall ÷ timed) | rows | shared | noisy | Σ / whole |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
+             "| case | batches | run | wall | peak RSS | timed | overhead (wall ÷ timed) | rows | shared | noisy "
+             "| Σ / whole |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for case, r in results.items():
-        for run in ("dedupe", "full"):
-            if run not in r:
-                continue
+        for run in [k for k in r if k in ("dedupe", "full") or k.startswith("batch ")]:
             x = r[run]
+            peak = f"{x['peak_rss_bytes'] / 2**30:.1f} GiB" if x.get("peak_rss_bytes") else ""
             ratios = ", ".join(f"{b}: {v:.2f}" for b, v in x["sum_ratio"].items())
-            label = ('identical layers once' if run == 'dedupe' else '--no-dedupe') + (' (earlier run)' if x.get('earlier') else '')
+            label = {"dedupe": "identical layers once", "full": "--no-dedupe"}.get(run, f"{run} alone")
+            label += ' (earlier run)' if x.get('earlier') else ''
             lines.append(f"| {case} | {r['batches']} | {label} "
-                         f"| {x['wall_s'] / 60:.1f} min | {x['timed_s'] / 60:.1f} min | {x['overhead']:.2f}x "
+                         f"| {x['wall_s'] / 60:.1f} min | {peak} | {x['timed_s'] / 60:.1f} min | {x['overhead']:.2f}x "
                          f"| {x['rows']} | {x['shared']} | {x['noisy']} | {ratios} |")
     lines += ["", "Shared rows against the same layers measured on their own (the --no-dedupe run), and, for the "
               "machine's own spread, the rows measured in both runs:", "",
@@ -173,7 +186,12 @@ def main() -> int:
                 earlier = results.get(case, {})  # without --full, the last --no-dedupe run stays, marked earlier
                 r = {"batches": spec["batches"], **{k: dict(earlier[k], earlier=True) for k in ("full", "compare")
                                                     if k in earlier and not args.full}}
-                r["dedupe"] = profile(model, root / f"{case}-dedupe", spec["batches"], spec["training"], data)
+                data += spec.get("extra", [])
+                if spec.get("each_batch"):  # one process per batch size: each its own time and peak memory
+                    for batch in spec["batches"].split(","):
+                        r[f"batch {batch}"] = profile(model, root / f"{case}-{batch}", batch, spec["training"], data)
+                else:
+                    r["dedupe"] = profile(model, root / f"{case}-dedupe", spec["batches"], spec["training"], data)
                 if args.full:
                     r["full"] = profile(model, root / f"{case}-full", spec["batches"], spec["training"],
                                         ["--no-dedupe", *data])

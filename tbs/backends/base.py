@@ -230,6 +230,26 @@ class Device(ABC):
         """
         return None
 
+    def compiled_outputs(self, call: Callable[..., list[Any]], tensors: list[Any],
+                         variables: Sequence[Any] = ()) -> list[Any] | None:
+        """``call(*tensors)`` run once here as one compiled program, its flat outputs; None where
+        this backend cannot (then a batch too large for one eager capture is not measured).
+
+        A compiled program frees each intermediate once its last reader has run and computes only
+        what its outputs need, where an eager pass of a Functional model keeps every activation.
+        """
+        return None
+
+    def trace(self, call: Callable[..., Any], tensors: list[Any], variables: Sequence[Any] = ()) -> bool:
+        """Trace ``call`` on the shapes of ``tensors`` (stand-ins from ``abstract``) without running it
+        or allocating its data; False where this backend cannot."""
+        return False
+
+    def abstract(self, x: Any) -> Any:
+        """A shape-and-dtype stand-in for tensor ``x``: ``trace`` and ``program_cost`` take it in place
+        of the data, so a batch too large to hold still gets the compiler's analysis."""
+        return x
+
     def capture_context(self) -> AbstractContextManager:
         """Context for the eager capture pass on this device (a backend may relax Keras's input checks)."""
         return nullcontext()

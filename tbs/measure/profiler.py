@@ -25,6 +25,7 @@ from tbs.backends.base import Device
 from tbs.backends.host import memory_headroom_bytes
 from tbs.load.inputs import structure_inputs
 from tbs.load.train_setup import fit_to_outputs
+from tbs.measure.parts import InParts
 from tbs.measure.dedupe import find_shared, shared_row
 from tbs.measure.rows import Cell
 from tbs.measure.inference import InferenceCells
@@ -35,7 +36,7 @@ from tbs.schema import LOSS_LAYER, MEASURED, MODEL_LAYER, CellKey, Status
 from tbs.backends.tensors import tensor_bytes
 from tbs.measure.timing import Interleaved, Interrupted, Measurement, Runner, Timer
 
-class Profiler:
+class Profiler(InParts):
     def __init__(self, request: ProfileRequest, store: CellSink, progress: Progress,
                  should_stop: Callable[[], bool] = lambda: False,
                  clock: Callable[[], float] = time.perf_counter) -> None:
@@ -147,11 +148,13 @@ class Profiler:
         r = self.request
         batches = sorted(r.batch_sizes)
         first: tuple[Capture, Any, float, int] | None = None
+        traced = self._first_too_big(r.devices[0], batches[0])  # (records, input bytes) where one capture cannot fit
         try:
             # Captured twice: the second pass's eager times are free of first-call costs
             # (kernel and oneDNN primitive creation), so they estimate the work far better.
-            self._capture(r.devices[0], batches[0])
-            first = self._capture(r.devices[0], batches[0])
+            if traced is None:
+                self._capture(r.devices[0], batches[0])
+                first = self._capture(r.devices[0], batches[0])
         except Exception as exc:
             self.first_oom = exc  # recorded for its cells, not tried again (an allocator may wait ~10 s to fail)
             if not rows.is_oom(exc):
@@ -161,16 +164,16 @@ class Profiler:
                 ) from None
         if first is not None and r.training_setup is not None:
             fit_to_outputs(r.training_setup, first[0].outputs)  # a loss that does not fit: one line, before any timing
-        if first is not None:
-            record_structure(self.store, first[0], batches[0], self._training_setup)
-            self.eta.seed(first[0].calls, batches[0], r.batch_sizes, [d.name for d in r.devices], r.mode,
+        records, input_bytes = (first[0], first[3]) if first is not None else traced or (None, 0)
+        if records is not None:
+            record_structure(self.store, records, batches[0], self._training_setup if first is not None else None)
+            self.eta.seed(records.calls, batches[0], r.batch_sizes, [d.name for d in r.devices], r.mode,
                           3 if r.training else 1, self.store.is_done)
-            self.activation_bytes_per_sample = (
-                sum(c.output_bytes for c in first[0].calls) + first[3]) / batches[0]
+            self.activation_bytes_per_sample = (sum(c.output_bytes for c in records.calls) + input_bytes) / batches[0]
         self._measure_transfers()
-        if first is not None and r.analysis:
+        if records is not None and r.analysis:
             self.store.update_metadata(calibration=calibrate_devices(
-                r.devices, model_dtypes(first[0].calls), self.timer, self._harness,
+                r.devices, model_dtypes(records.calls), self.timer, self._harness,
                 self.store.meta.calibration, self.progress.describe))
         self.progress.start(self.eta.remaining_seconds)
         for batch in batches:
@@ -203,6 +206,9 @@ class Profiler:
             return
         if captured is None:
             shortfall = headroom.host_shortfall(device, self.activation_bytes_per_sample, batch)
+            if shortfall and not r.training:  # a training group keeps every activation for its backward
+                self._run_in_parts(device, batch, shortfall)
+                return
             if shortfall:
                 self._failed_cells(device, batch, MemoryError(shortfall))
                 return

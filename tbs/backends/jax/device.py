@@ -150,13 +150,39 @@ class JaxDevice(Device):
 
         return runner
 
+    def compiled_outputs(self, call: Callable[..., list[Any]], tensors: list[Any],
+                         variables: Sequence[Any] = ()) -> list[Any] | None:
+        """One ``jax.jit`` call: XLA computes only what its outputs need."""
+        jax = _jax()
+        variables = list(variables)
+        pure = _stateless(lambda *t: list(call(*t)), variables)
+        return list(jax.jit(pure)(self._values_here(variables), *[self._put(t) for t in tensors]))
+
+    def trace(self, call: Callable[..., Any], tensors: list[Any], variables: Sequence[Any] = ()) -> bool:
+        jax = _jax()
+        variables = list(variables)
+        pure = _stateless(lambda *t: _arrays(call(*t)), variables)
+        jax.eval_shape(pure, [self.abstract(v.value) for v in variables], *tensors)
+        return True
+
+    def abstract(self, x: Any) -> Any:
+        jax = _jax()
+        if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+            return x
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=jax.sharding.SingleDeviceSharding(self.jax_device))
+
     def program_cost(self, call: Callable[..., Any], tensors: list[Any], xla: bool,
                      variables: Sequence[Any] = ()) -> ProgramCost:
         from tbs.backends.jax import analysis
 
         variables = list(variables)
         pure = _stateless(lambda *t: _arrays(call(*t)), variables)
-        return analysis.program_cost(self._put, pure, [v.value for v in variables], list(tensors))
+        jax = _jax()
+
+        def place(x: Any) -> Any:  # a stand-in from ``abstract`` is lowered as it is: there is no data to copy
+            return x if isinstance(x, jax.ShapeDtypeStruct) else self._put(x)
+
+        return analysis.program_cost(place, pure, [v.value for v in variables], list(tensors))
 
     def calibration_programs(self, dtype: str) -> list[CalibrationProgram]:
         from tbs.backends.jax import analysis

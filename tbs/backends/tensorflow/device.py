@@ -129,6 +129,22 @@ class TFDevice(Device):
 
         return runner
 
+    def compiled_outputs(self, call: Callable[..., list[Any]], tensors: list[Any],
+                         variables: Sequence[Any] = ()) -> list[Any] | None:
+        """One ``tf.function`` call: its graph runs only the ops its outputs need."""
+        tf = _tensorflow()
+        with self.scope():
+            return list(tf.function(call, autograph=False)(*tensors))
+
+    def trace(self, call: Callable[..., Any], tensors: list[Any], variables: Sequence[Any] = ()) -> bool:
+        with self.scope():
+            _tensorflow().function(call, autograph=False).get_concrete_function(*tensors)
+        return True
+
+    def abstract(self, x: Any) -> Any:
+        tf = _tensorflow()
+        return tf.TensorSpec(x.shape, x.dtype) if isinstance(x, tf.Tensor) else x
+
     def program_cost(self, call: Callable[..., Any], tensors: list[Any], xla: bool,
                      variables: Sequence[Any] = ()) -> ProgramCost:
         """XLA's analysis of the call (as --xla compiles it), else TensorFlow's graph statistics."""
