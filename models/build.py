@@ -125,7 +125,7 @@ def bert_encoder(blocks: int = 12, width: int = 768, heads: int = 12, sequence: 
     ``blocks`` post-norm blocks of MultiHeadAttention and a GELU FFN, each with residual + LayerNormalization.
 
     No position or segment embeddings and a mean-pooled 2-class head: BERT-base's shapes and FLOPs, not its
-    weights. ``bert_base`` is the 12 x 768 one (110M parameters); tests build a small one.
+    weights. ``bert_base`` is the 12 x 768 one (109M parameters); tests build a small one.
     """
     inputs = keras.Input((sequence,), dtype="int32", name="tokens")
     x = layers.Embedding(vocabulary, width, name="token_embedding")(inputs)
