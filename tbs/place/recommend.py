@@ -338,7 +338,10 @@ def _dedicated(inp: Inputs) -> Solution:
 
 
 def recommend(profile: Profile, objective: str = "cost", batch_size: int | None = None, billing: str = "metered",
-              max_latency_ms: float | None = None, budget_usd_per_1m: float | None = None) -> Recommendation:
+              max_latency_ms: float | None = None, budget_usd_per_1m: float | None = None,
+              with_frontier: bool = True) -> Recommendation:
+    """The placement; ``with_frontier=False`` skips the 13 extra solves of the cost-latency frontier
+    (the prediction bands' re-solves need only the placement)."""
     inp = gather(profile, batch_size)
     priced = [d for d in inp.devices if inp.usd_per_hour.get(d) is not None]
     if objective == "cost" and not priced:
@@ -376,7 +379,7 @@ def recommend(profile: Profile, objective: str = "cost", batch_size: int | None 
     argmin = evaluate(inp, "per-layer argmin", argmin_placement, billing)
     argmin = argmin if math.isfinite(argmin.seconds_per_batch) else None
     rec = Recommendation(objective, billing, inp, chosen, solution.method, singles, argmin)
-    rec.frontier = frontier(inp, billing) if priced else []
+    rec.frontier = frontier(inp, billing) if priced and with_frontier else []
     return rec
 
 
