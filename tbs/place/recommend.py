@@ -33,6 +33,7 @@ from tbs.place.solvers import INFEASIBLE, Problem, Solution, Tensor, blocked_lay
 from tbs.profiles.profile import Profile
 from tbs.measure.transfers import TransferFit, pair_key
 from tbs.place.graph import bypass, graph_tensors
+from tbs.place.batch import choose_batch, usable
 from tbs.place.memory import MemoryLimits, limits_for
 
 
@@ -73,40 +74,13 @@ class Inputs:
         }
 
 
-def _usable(rows: pd.DataFrame) -> pd.Series:
-    """Rows with a time that ran where they say (measured ok/noisy, or a prediction with a number)."""
-    return rows["status"].isin(MEASURED) & pd.to_numeric(rows["median_s"], errors="coerce").notna()
-
-
-def choose_batch(summary: pd.DataFrame, layers: list[str]) -> tuple[int, str]:
-    """The largest batch at which every layer has a time on some device, and what was passed over (a note).
-
-    The largest profiled batch is often the one that ran out of memory; placing it would fail
-    on layers that have no time there, though a smaller batch has every number.
-    """
-    batches = sorted({int(b) for b in summary["batch_size"]}, reverse=True)
-    timed = summary[_usable(summary)]
-    passed: list[str] = []
-    for batch in batches:
-        here = summary[summary["batch_size"] == batch]
-        missing = set(layers) - set(timed.loc[timed["batch_size"] == batch, "layer"])
-        if not missing:
-            note = "" if not passed else (f"batch {batch}: the largest batch with a time for every layer "
-                                          f"({'; '.join(passed)}); pick another with --batch")
-            return batch, note
-        statuses = here.loc[here["layer"].isin(missing) & ~_usable(here), "status"].astype(str).value_counts()
-        why = ", ".join(f"{s}" for s in statuses.index) or "not measured"
-        passed.append(f"batch {batch} has no time for {len(missing)} of {len(layers)} layers: {why}")
-    return batches[0], ""  # no batch has every layer: check_placeable names the layer that has none
-
-
 def _times(rows: pd.DataFrame, layers: list[str], devices: list[str], predicted: set[str]
            ) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], str]]:
     """Each (layer, device)'s time at the batch, and why the ones without a usable time have none."""
     seconds = {(l, d): INFEASIBLE for l in layers for d in devices}
     why_not = {(l, d): "not predicted" if d in predicted else "not measured" for l in layers for d in devices}
-    for r, usable in zip(rows.itertuples(index=False), _usable(rows)):
-        if usable:
+    for r, timed in zip(rows.itertuples(index=False), usable(rows)):
+        if timed:
             seconds[(r.layer, r.device)] = float(r.median_s)
             why_not.pop((r.layer, r.device), None)
         else:
