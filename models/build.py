@@ -136,7 +136,8 @@ def bert_encoder(blocks: int = 12, width: int = 768, heads: int = 12, sequence: 
             layers.Add(name=f"block{i}_attention_add")([x, attended]))
         h = layers.Dense(ffn, activation="gelu", name=f"block{i}_ffn_in")(x)
         h = layers.Dense(width, name=f"block{i}_ffn_out")(h)
-        x = layers.LayerNormalization(epsilon=1e-12, name=f"block{i}_ffn_norm")(layers.Add(name=f"block{i}_ffn_add")([x, h]))
+        x = layers.LayerNormalization(epsilon=1e-12, name=f"block{i}_ffn_norm")(
+            layers.Add(name=f"block{i}_ffn_add")([x, h]))
     x = layers.GlobalAveragePooling1D(name="pool")(x)
     outputs = layers.Dense(2, name="classifier")(x)
     return keras.Model(inputs, outputs, name="bert_base" if (blocks, width) == (12, 768) else "bert_encoder")

@@ -151,7 +151,8 @@ def test_copies_never_timed_and_nan_costs_are_forbidden_in_every_solver(seed):
                             (Problem(**vars(two)), solve_two_devices)):
         got, best = solver(problem), brute_force(problem)
         if math.isfinite(best.cost):
-            assert got.cost == pytest.approx(best.cost, rel=1e-6) and problem.cost_of(got.placement) == pytest.approx(got.cost)
+            assert got.cost == pytest.approx(best.cost, rel=1e-6)
+            assert problem.cost_of(got.placement) == pytest.approx(got.cost)
         else:
             assert not got.placement and not math.isfinite(got.cost)
 

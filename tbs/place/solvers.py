@@ -4,7 +4,8 @@ The problem: layers (a DAG in execution order), a cost per (layer, device) —
 ``INFEASIBLE`` where the device cannot run the layer — and tensors flowing along
 edges. A cost that is not a finite number (never measured or predicted, out of memory,
 a copy between two devices never timed) is a forbidden assignment: the solvers leave
-that variable out or bound it to 0, so no infinite or NaN coefficient ever reaches one. A tensor produced on device a and consumed on device b costs one transfer
+that variable out or bound it to 0, so no infinite or NaN coefficient ever reaches one.
+A tensor produced on device a and consumed on device b costs one transfer
 a→b, charged once per destination device however many consumers it has there.
 Model inputs start on, and outputs return to, the host. In training a gradient
 flows back along an edge: it is a tensor of its own (``grad``) whose copy goes the
