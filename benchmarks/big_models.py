@@ -66,6 +66,8 @@ def gist(step: str, rc: int, output: str) -> str:
         verdict = next((l for l in lines if "Verdict" in l or "verdict" in l), "")
         notes = [l for l in lines if l.startswith("Note: batch")]
         return "; ".join(x for x in (head.split(";")[0], " ".join(chosen.split()), verdict, *notes) if x)
+    if step == "profile":
+        return next((l for l in lines if l.startswith("Profile saved")), lines[-1] if lines else "")
     if step.startswith("report"):
         return "report.html written" if "report.html" in output or not lines else lines[-1]
     return lines[-1] if lines else ""
