@@ -50,7 +50,7 @@ def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Seque
             report: bool = True, cluster: str | None = None) -> Profile:
     """Time every layer of ``model`` on each device and batch size; returns the Profile.
 
-    ``model`` is a .pkl/.pickle/.keras path or an in-memory ``keras.Model`` (copied once
+    ``model`` is a .pkl/.pickle/.keras/.h5 path or an in-memory ``keras.Model`` (copied once
     per device, in memory). ``input`` is a .npy/.npz/.pkl path or arrays (one array, a
     list, or a dict by input name). ``custom_objects`` is .py paths or a dict of classes.
     ``out=None`` measures into a temporary directory (``Profile.save`` keeps it).

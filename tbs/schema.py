@@ -27,7 +27,16 @@ Format history (``FORMAT_VERSION``, written to ``metadata.json`` as ``tbs_profil
   ``overlapped``); training rows gain ``in_step`` (False: a row the compiled train step never runs,
   an output activation whose logits the loss reads, shown and never summed) and TensorFlow's
   backward is timed alone (phase ``backward``, each sample after one forward). Older versions
-  read unchanged.
+  read unchanged. Added since, without a new version (a reader fills a missing column blank):
+  analysis.csv's ``kernels`` (the optimised program's kernels, JSON) and predictions.csv's
+  ``in_model_s`` and ``model_share`` (a layer's seconds and share inside a whole model predicted
+  from its compiled program).
+- 6: tbs 0.6 — the layer graph's endpoints are names no layer or input can take: a model input is
+  ``/input/<its name>`` and the model's outputs go to ``/output`` (``GRAPH_INPUT``, ``GRAPH_OUTPUT``),
+  where versions 1-5 wrote ``input:<its name>`` and ``output``, which were compared with layer names:
+  a layer named ``output`` was taken for the model's output, one named ``input_proj`` for a model
+  input on the host. Older graphs read as if written so (``current_graph``), and a resumed profile
+  goes on in the new names.
 """
 
 from __future__ import annotations
@@ -36,8 +45,8 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Mapping, NamedTuple
 
-FORMAT_VERSION = 5
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+FORMAT_VERSION = 6
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 # The Keras backend a profile was measured on when its metadata does not say (profiles before
 # the backend was recorded); ``tbs.backends.DEFAULT`` is this same name.
 DEFAULT_BACKEND = "tensorflow"
@@ -92,6 +101,42 @@ class CellKey(NamedTuple):
 MODEL_LAYER = "(model)"  # the layer column of whole-model samples
 LOSS_LAYER = "(loss)"  # the layer column of a training profile's loss row (category "loss")
 
+# The layer graph's endpoints. Keras refuses "/" in any layer, model or input name, and the capture
+# joins a nested call's names with it, so no call or input name starts with "/": these never meet one.
+GRAPH_INPUT = "/input"  # a model input's edges come from "/input/<input name>"; a split runner's Source tag
+GRAPH_OUTPUT = "/output"  # where the model's outputs go (the host in inference, the loss in training)
+
+
+def input_endpoint(name: str) -> str:
+    """The graph's name for the model input called ``name``."""
+    return f"{GRAPH_INPUT}/{name}"
+
+
+def is_input_endpoint(name: str) -> bool:
+    """Whether a graph edge's source is a model input (on the host), not a layer."""
+    return name.startswith(GRAPH_INPUT + "/")
+
+
+def current_graph(graph: Mapping[str, list[dict[str, Any]]], version: int,
+                  layers: set[str]) -> dict[str, list[dict[str, Any]]]:
+    """A profile's graph in this version's endpoint names (``layers``: its recorded layer names).
+
+    Versions before 6 wrote ``input:<name>`` and ``output``: a source so named is an input unless it is a
+    recorded layer, and an edge into ``output`` goes to the model's output, unless a layer is named
+    ``output``: then only that layer's own edge does (a layer never feeds itself).
+    """
+    if version >= 6:
+        return dict(graph)
+
+    def src(name: str) -> str:
+        return input_endpoint(name[len("input:"):]) if name.startswith("input:") and name not in layers else name
+
+    def dst(edge: Mapping[str, Any]) -> str:
+        sink = edge["dst"] == "output" and ("output" not in layers or edge["src"] == "output")
+        return GRAPH_OUTPUT if sink else edge["dst"]
+
+    return {batch: [dict(e, src=src(e["src"]), dst=dst(e)) for e in edges] for batch, edges in graph.items()}
+
 
 class Phase(str, Enum):
     """Which program a sample timed (samples.csv's ``phase``)."""
@@ -127,12 +172,13 @@ ROOFLINE_COLUMNS = ["arithmetic_intensity", "achieved_flops_per_s", "achieved_by
 ANALYSIS_COLUMNS = [
     "target", "layer", "device", "batch_size", "mode", "phase", "flops", "bytes_accessed", "flops_unoptimized",
     "bytes_unoptimized", "transcendentals", "temp_bytes", "argument_bytes", "output_bytes", "cost_source", "reason",
+    "kernels",
 ]
 # A cell tbs did not measure: a device from the catalog, its time scaled from a measured one.
 PREDICTION_COLUMNS = [
     "target", "layer", "layer_type", "category", "device", "device_kind", "batch_size", "mode", "source",
     "method", "predicted_from", "median_s", "low_s", "high_s", "per_sample_s", "usd_per_hour",
-    "cost_per_sample_usd", "price_source", "flops", "bytes_accessed", "bound", "reason",
+    "cost_per_sample_usd", "price_source", "flops", "bytes_accessed", "bound", "reason", "in_model_s", "model_share",
 ]
 PREDICTED = "predicted"  # predictions.csv's ``source``; measured rows never carry it
 
@@ -164,11 +210,12 @@ TEXT, COUNT, SECONDS, AMOUNT, FLAG = "text", "count", "seconds", "amount", "flag
 _SECONDS = ["median_s", "p25_s", "p75_s", "ci_low_s", "ci_high_s", "per_sample_s", "first_call_s", *PHASE_COLUMNS,
             "layers_sum_s", "layers_sum_per_sample_s", "overlapped_s", "dispatch_overhead_s", "input_copy_s",
             "raw_seconds",
-            "harness_call_s", "harness_iteration_s", "seconds_per_call", "seconds", "low_s", "high_s", "roofline_s"]
+            "harness_call_s", "harness_iteration_s", "seconds_per_call", "seconds", "low_s", "high_s", "roofline_s", "in_model_s"]
 _COUNTS = ["batch_size", "n", "iterations", "sample", "layers_measured"]
 _AMOUNTS = ["usd_per_hour", "cost_per_sample_usd", *TRAINING_MEMORY_COLUMNS, "activation_bytes", "input_bytes",
             "bytes", *[c for c in COST_COLUMNS if c != "cost_source"], "argument_bytes", "output_bytes",
-            "memory_bytes", "peak_bytes", *[c for c in ROOFLINE_COLUMNS if c not in ("bound", "roofline_s")]]
+            "memory_bytes", "peak_bytes", *[c for c in ROOFLINE_COLUMNS if c not in ("bound", "roofline_s")],
+            "model_share"]
 COLUMN_KINDS: dict[str, str] = {**{c: SECONDS for c in _SECONDS}, **{c: COUNT for c in _COUNTS},
                                 **{c: AMOUNT for c in _AMOUNTS}, "in_step": FLAG}
 # Columns whose text must be one of a few words.

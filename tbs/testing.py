@@ -27,7 +27,7 @@ from tbs.measure.request import ProfileRequest, Progress
 from tbs.measure.timing import Interrupted, TimingConfig
 from tbs.profiles.profile import Profile, load_profile
 from tbs.profiles.store import ProfileStore, finalize
-from tbs.schema import FORMAT_VERSION, MODEL_LAYER, ProfileStatus
+from tbs.schema import FORMAT_VERSION, GRAPH_OUTPUT, MODEL_LAYER, ProfileStatus, input_endpoint
 
 Script = Mapping[str, float | Callable[[int], float]]  # seconds per call, or a function of the batch size
 HARNESS = "(harness)"  # the target of the empty loop every device times to subtract its own cost
@@ -108,8 +108,8 @@ class FakeModel:
 
     def __init__(self, layers: Sequence[FakeLayer], inputs_of: Mapping[str, Sequence[str]] | None = None,
                  name: str = "fake", input_name: str = "x") -> None:
-        self.layers, self.name = list(layers), name
-        self.input = f"input:{input_name}"
+        self.layers, self.name, self.input_name = list(layers), name, input_name
+        self.input = input_endpoint(input_name)
         previous = [self.input] + [layer.name for layer in self.layers[:-1]]
         self.inputs_of = {layer.name: [src] for layer, src in zip(self.layers, previous)}
         self.inputs_of.update({k: list(v) for k, v in (inputs_of or {}).items()})
@@ -287,7 +287,7 @@ def fake_capture(model: FakeModel, inputs: Any, training: bool, device: Device |
             input_shapes=[list(x.shape) for x in args], output_shapes=[list(out.shape)],
             input_bytes=sum(int(x.nbytes) for x in args), output_bytes=int(out.nbytes), eager_seconds=seconds))
     last = model.layers[-1].name
-    edges.append(_edge(last, "output", values[last]))
+    edges.append(_edge(last, GRAPH_OUTPUT, values[last]))
     return Capture(calls=calls, edges=edges, outputs=values[last])
 
 
@@ -321,7 +321,7 @@ def fake_request(model: FakeModel, devices: Sequence[FakeDevice], batch_sizes: S
     loaded = LoadedModel(model=model, path=None, name=model.name, sha256=f"fake-{model.name}", format="fake")
     return ProfileRequest(
         loaded=loaded, load_on=lambda device: loaded, devices=list(devices), batch_sizes=list(batch_sizes),
-        training=training, specs=[InputSpec(model.input.split(":", 1)[1], (INPUT_WIDTH,), "float32")],
+        training=training, specs=[InputSpec(model.input_name, (INPUT_WIDTH,), "float32")],
         user_arrays=None, config=config, xla=True, host="fakehost",
         capture_fn=fake_capture, tensors_fn=fake_tensors, rebuild_fn=fake_rebuild)
 

@@ -18,7 +18,7 @@ from tbs.cost.reprice import row_pricer
 from tbs.measure.transfers import pair_key
 from tbs.profiles.profile import Profile
 from tbs.profiles.store import ProfileStore, finalize
-from tbs.schema import FORMAT_VERSION, LOSS_LAYER, MODEL_LAYER, SYNTHETIC_INPUT, CellKey, Status
+from tbs.schema import FORMAT_VERSION, GRAPH_OUTPUT, LOSS_LAYER, MODEL_LAYER, SYNTHETIC_INPUT, CellKey, Status
 from tbs.testing import INPUT_WIDTH, FakeClock, FakeDevice, FakeLayer, FakeModel, fake_capture
 
 Seconds = float | Callable[[int], float] | None  # None: the phase failed (a blank cell, never 0)
@@ -93,7 +93,7 @@ def _training_layers(model: FakeModel, batch: int, training: bool) -> tuple[list
         layer.update(trainable=layer["params"] > 0,
                      grad_inputs=[needs.get(src, False) for src in model.inputs_of[layer["name"]]])
     last = dict(edges[-1], dst=LOSS_LAYER)
-    edges = [dict(e, grad=needs.get(e["src"], False) and e["dst"] != "output") for e in edges]
+    edges = [dict(e, grad=needs.get(e["src"], False) and e["dst"] != GRAPH_OUTPUT) for e in edges]
     edges.append(dict(last, grad=True))
     layers.append({"name": LOSS_LAYER, "type": FAKE_LOSS, "category": "loss", "params": 0, "batch_size": batch,
                    "input_bytes": last["bytes"], "trainable": False, "grad_inputs": [True, False]})

@@ -30,8 +30,8 @@ def test_functional_dag_nested_multi_io_graph():
     edges = {(e.src, e.dst) for e in cap.edges}
     assert ("augment/rescaling", "left") in edges and ("augment/rescaling", "right") in edges
     assert ("left", "merge") in edges and ("right", "merge") in edges
-    assert ("input:extra", "join") in edges and ("pool", "join") in edges
-    assert ("head_a", "output") in edges and ("head_b", "output") in edges
+    assert ("/input/extra", "join") in edges and ("pool", "join") in edges
+    assert ("head_a", "/output") in edges and ("head_b", "/output") in edges
     merge_in = [e for e in cap.edges if e.dst == "merge"]
     assert all(e.bytes == 3 * 8 * 8 * 4 * 4 for e in merge_in)
     # every leaf layer of the model appears exactly once
@@ -53,7 +53,7 @@ def test_subclassed_model_and_custom_leaf(custom_source):
     cap = _capture(model, batch=3)
     assert [c.type for c in cap.calls] == ["Dense", "Doubler", "Dense"]
     assert [(e.src, e.dst) for e in cap.edges][:3] == [
-        ("input:input", cap.calls[0].name), (cap.calls[0].name, cap.calls[1].name),
+        ("/input/input", cap.calls[0].name), (cap.calls[0].name, cap.calls[1].name),
         (cap.calls[1].name, cap.calls[2].name)]
 
 
@@ -114,7 +114,7 @@ def test_layers_that_do_nothing_in_the_mode_are_marked_inactive():
 
 
 def test_under_a_mixed_precision_policy_the_graph_records_the_real_input_and_activation_edges():
-    """Keras casts a layer's inputs before the call: the first edge read 'input:?', bfloat16, half its size."""
+    """Keras casts a layer's inputs before the call: the first edge read '/input/?', bfloat16, half its size."""
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     try:
         inputs = keras.Input((8,), name="x")
@@ -124,9 +124,9 @@ def test_under_a_mixed_precision_policy_the_graph_records_the_real_input_and_act
         keras.mixed_precision.set_global_policy("float32")
     cap = capture(model, np.ones((4, 8), "float32"), False)
     edges = {(e.src, e.dst): e for e in cap.edges}
-    first = edges[("input:x", "d")]  # float32 flows in; the layer casts it
+    first = edges[("/input/x", "d")]  # float32 flows in; the layer casts it
     assert (first.dtype, first.bytes, first.inferred) == ("float32", 4 * 8 * 4, False)
     into_probs = edges[("logits", "probs")]  # bfloat16 logits; the float32 softmax casts them
     assert (into_probs.dtype, into_probs.bytes, into_probs.inferred) == ("bfloat16", 4 * 3 * 2, False)
-    assert not any(e.inferred or e.src == "input:?" for e in cap.edges)
-    assert [c.sources for c in cap.calls] == [["input:x"], ["d"], ["logits"]]
+    assert not any(e.inferred or e.src == "/input/?" for e in cap.edges)
+    assert [c.sources for c in cap.calls] == [["/input/x"], ["d"], ["logits"]]

@@ -79,6 +79,7 @@ def bad_files(tmp_path_factory):
     (d / "empty.pkl").write_bytes(b"")
     (d / "corrupt.pkl").write_bytes(b"\x80\x05garbage" * 10)
     (d / "model.h5").write_bytes(b"x")
+    (d / "model.onnx").write_bytes(b"x")
     with open(d / "dict.pkl", "wb") as f:
         pickle.dump({"not": "a model"}, f)
     np.save(d / "wrong.npy", np.zeros((2, 99)))
@@ -96,7 +97,8 @@ def bad_files(tmp_path_factory):
     (["{bad}/empty.pkl"], "is empty"),
     (["{bad}/corrupt.pkl"], "corrupt"),
     (["{bad}/dict.pkl"], "not a Keras model"),
-    (["{bad}/model.h5"], "unsupported format"),
+    (["{bad}/model.h5"], "corrupt or truncated"),
+    (["{bad}/model.onnx"], "unsupported format '.onnx'; save it as .keras or .h5"),
     (["{model}", "--input", "{bad}/wrong.npy"], "(2, 99)"),
     (["{model}", "--input", "{bad}/nothing.npy"], "does not exist"),
     (["{model}", "--custom-objects", "{bad}/nothing.py"], "does not exist"),
@@ -108,6 +110,35 @@ def test_bad_input_one_line_exit_2(args, fragment, seq_pkl, bad_files, tmp_path)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: ") and fragment in lines[0], result.stderr
     assert not (tmp_path / "p" / "summary.csv").exists()
+
+
+def test_h5_files_profile_and_a_lambda_in_one_needs_no_safe_mode(tmp_path):
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Lambda(lambda x: x * 2, name="double"),
+                              keras.layers.Dense(2, name="output")])
+    path = tmp_path / "legacy.h5"
+    model.save(path)
+    refused = profile(path, tmp_path / "a", "--batch", "2")
+    assert refused.exit_code == 2 and "Traceback" not in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and "--no-safe-mode" in refused.stderr
+    ok = profile(path, tmp_path / "b", "--batch", "2", "--no-safe-mode")
+    assert ok.exit_code == 0, ok.stderr
+    assert set(pd.read_csv(tmp_path / "b" / "summary.csv")["layer"]) == {"double", "output"}
+    assert json.loads((tmp_path / "b" / "metadata.json").read_text())["model"]["format"] == "h5"
+
+
+@pytest.mark.parametrize("save", ["export", "tf.saved_model.save"])
+def test_a_saved_model_directory_says_how_to_save_the_keras_model_in_one_line(save, tmp_path):
+    import tensorflow as tf
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    path = tmp_path / "exported"
+    model.export(path, verbose=False) if save == "export" else tf.saved_model.save(model, str(path))
+    for given in (path, path / "saved_model.pb"):
+        result = profile(given, tmp_path / "p", "--batch", "2")
+        assert result.exit_code == 2, result.output
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"'{path}' is a TensorFlow SavedModel" in lines[0]
+        assert "model.save('model.keras')" in lines[0]
 
 
 def test_failing_layer_is_recorded_and_the_run_goes_on(tmp_path):

@@ -209,8 +209,8 @@ def test_a_dag_records_its_graph_and_the_model_costs_all_its_layers(tmp_path):
     device = FakeDevice("cpu", 0, clock, {"stem": 1e-3, "left": 2e-3, "right": 3e-3, "add": 4e-4})
     profile = fake_profile(tmp_path, model, [device], batch_sizes=[4])
     edges = {(e["src"], e["dst"]) for e in profile.metadata["graph"]["4"]}
-    assert edges == {("input:x", "stem"), ("stem", "left"), ("stem", "right"), ("left", "add"), ("right", "add"),
-                     ("add", "output")}
+    assert edges == {("/input/x", "stem"), ("stem", "left"), ("stem", "right"), ("left", "add"), ("right", "add"),
+                     ("add", "/output")}
     assert [layer["name"] for layer in profile.metadata["layers"]] == ["stem", "left", "right", "add"]
     assert profile.model.median_s.iloc[0] == pytest.approx(1e-3 + 2e-3 + 3e-3 + 4e-4, rel=1e-6)
 

@@ -38,6 +38,39 @@ def test_safe_mode_off_loads_a_trusted_lambda_file(tmp_path):
     assert loaded.describe()["path"] == str(tmp_path / "with_lambda.keras")
 
 
+def test_a_keras_2_era_h5_file_loads_under_the_same_safe_mode_as_a_keras_file(tmp_path):
+    """Keras 3 still writes and reads the legacy .h5 format; tbs refused it ("save it as .keras")."""
+    model = sequential_model()
+    plain = tmp_path / "tiny.h5"
+    model.save(plain)  # Keras 3 logs that .h5 is legacy, and writes it
+    loaded = load_model(plain)
+    x = np.random.rand(2, 6).astype("float32")
+    assert loaded.format == "h5" and loaded.name == "tiny"
+    np.testing.assert_allclose(np.asarray(loaded.model(x)), np.asarray(model(x)), rtol=1e-6)
+    model.compile(optimizer="adam", loss="mse")
+    model.save(plain)
+    note = load_model(plain, compile=True).compile_note  # Keras 3.15 cannot read the loss it wrote by name
+    assert note == "" or ("--loss and --optimizer" in note and "--custom-objects" not in note), note
+    inputs = keras.Input((3,))
+    lambda_h5 = tmp_path / "with_lambda.h5"
+    keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Lambda(lambda x: x * 2)(inputs))).save(lambda_h5)
+    with pytest.raises(ModelLoadError, match="contains a Lambda layer .*--no-safe-mode"):
+        load_model(lambda_h5)
+    assert load_model(lambda_h5, safe_mode=False).format == "h5"
+
+
+def test_what_is_not_a_whole_model_in_h5_says_so_in_one_line(tmp_path):
+    weights = tmp_path / "only.weights.h5"
+    sequential_model().save_weights(weights)
+    damaged = tmp_path / "damaged.h5"
+    damaged.write_bytes(b"not hdf5" * 8)
+    for path, fragment in ((weights, "holds only weights, not the model; save the Keras model itself"),
+                           (damaged, "is corrupt or truncated")):
+        with pytest.raises(ModelLoadError) as info:
+            load_model(path)
+        assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
 def test_in_memory_model_copies_are_independent_and_leave_the_original_alone():
     original = sequential_model()
     before = [w.copy() for w in original.get_weights()]

@@ -24,22 +24,22 @@ def random_problem(seed, n_layers, devices, chain=False, infeasible=0.1):
             node_cost[(layer, d)] = INFEASIBLE if (d != devices[0] and rng.random() < infeasible) else rng.uniform(0.1, 5)
     tensors = []
     if chain:
-        tensors.append(Tensor("input:x", (layers[0],), rng.randint(1, 100)))
+        tensors.append(Tensor("/input/x", (layers[0],), rng.randint(1, 100)))
         for a, b in zip(layers, layers[1:]):
             tensors.append(Tensor(a, (b,), rng.randint(1, 100)))
-        tensors.append(Tensor(layers[-1], ("output",), rng.randint(1, 100)))
+        tensors.append(Tensor(layers[-1], ("/output",), rng.randint(1, 100)))
     else:
         consumed = set()
-        tensors.append(Tensor("input:x", tuple(sorted({layers[0], *rng.sample(layers, k=min(2, n_layers))})),
+        tensors.append(Tensor("/input/x", tuple(sorted({layers[0], *rng.sample(layers, k=min(2, n_layers))})),
                               rng.randint(1, 100)))
         consumed.update(tensors[-1].consumers)
         for i, layer in enumerate(layers):
             later = layers[i + 1:]
             if not later:
-                tensors.append(Tensor(layer, ("output",), rng.randint(1, 100)))
+                tensors.append(Tensor(layer, ("/output",), rng.randint(1, 100)))
                 continue
             k = rng.randint(1, min(3, len(later)))
-            consumers = tuple(sorted(set(rng.sample(later, k)) | ({"output"} if rng.random() < 0.2 else set())))
+            consumers = tuple(sorted(set(rng.sample(later, k)) | ({"/output"} if rng.random() < 0.2 else set())))
             tensors.append(Tensor(layer, consumers, rng.randint(1, 100)))
     alpha = {(a, b): rng.uniform(0.0, 2.0) for a in devices for b in devices if a != b}
     beta = {(a, b): rng.uniform(0.0, 0.05) for a in devices for b in devices if a != b}
@@ -72,8 +72,8 @@ def test_transfers_that_cost_more_than_they_save_are_avoided():
     layers = ["a", "b", "c", "d"]
     node = {("a", "cpu"): 1.0, ("a", "gpu"): 0.9, ("b", "cpu"): 0.9, ("b", "gpu"): 1.0,
             ("c", "cpu"): 1.0, ("c", "gpu"): 0.9, ("d", "cpu"): 0.9, ("d", "gpu"): 1.0}
-    tensors = [Tensor("input:x", ("a",), 10), Tensor("a", ("b",), 10), Tensor("b", ("c",), 10),
-               Tensor("c", ("d",), 10), Tensor("d", ("output",), 10)]
+    tensors = [Tensor("/input/x", ("a",), 10), Tensor("a", ("b",), 10), Tensor("b", ("c",), 10),
+               Tensor("c", ("d",), 10), Tensor("d", ("/output",), 10)]
     problem = Problem(layers, ["cpu", "gpu"], "cpu", node, tensors, lambda s, d, n: 0.0 if s == d else 0.5)
     argmin = {l: min(["cpu", "gpu"], key=lambda d: node[(l, d)]) for l in layers}
     best = solve(problem)
@@ -83,7 +83,7 @@ def test_transfers_that_cost_more_than_they_save_are_avoided():
 
 def test_a_tensor_read_twice_on_one_device_is_moved_once():
     node = {("a", "cpu"): 9.0, ("a", "gpu"): 1.0, ("b", "cpu"): 9.0, ("b", "gpu"): 1.0}
-    tensors = [Tensor("input:x", ("a", "b"), 100), Tensor("a", ("output",), 1), Tensor("b", ("output",), 1)]
+    tensors = [Tensor("/input/x", ("a", "b"), 100), Tensor("a", ("/output",), 1), Tensor("b", ("/output",), 1)]
     problem = Problem(["a", "b"], ["cpu", "gpu"], "cpu", node, tensors, lambda s, d, n: 0.0 if s == d else 1.0 + n * 0.01)
     placement = {"a": "gpu", "b": "gpu"}
     # input to gpu once (2.0), two outputs back to the cpu (1.01 each), nodes 2.0
@@ -116,11 +116,11 @@ def test_inception_sized_graph_three_devices_solves_quickly():
     layers = [f"l{i}" for i in range(300)]
     devices = ["cpu", "gpu", "tpu"]
     node = {(l, d): rng.uniform(0.1, 5) for l in layers for d in devices}
-    tensors = [Tensor("input:x", (layers[0],), 1000)]
+    tensors = [Tensor("/input/x", (layers[0],), 1000)]
     for i, layer in enumerate(layers[:-1]):
         fan = [layers[j] for j in range(i + 1, min(i + 4, len(layers))) if j == i + 1 or rng.random() < 0.3]
         tensors.append(Tensor(layer, tuple(fan), rng.randint(100, 10**6)))
-    tensors.append(Tensor(layers[-1], ("output",), 20))
+    tensors.append(Tensor(layers[-1], ("/output",), 20))
     problem = Problem(layers, devices, "cpu", node, tensors, lambda s, d, n: 0.0 if s == d else 0.01 + n * 1e-7)
     solve_milp(random_problem(0, 3, devices))  # import and warm up HiGHS
     start = time.perf_counter()
@@ -166,8 +166,8 @@ def test_a_placement_no_timed_copy_allows_is_one_line_naming_the_layer():
     node = {("a", "cpu"): INFEASIBLE, ("a", "a100"): 1.0, ("a", "t4"): INFEASIBLE,
             ("b", "cpu"): INFEASIBLE, ("b", "a100"): INFEASIBLE, ("b", "t4"): 1.0,
             ("c", "cpu"): 1.0, ("c", "a100"): 1.0, ("c", "t4"): 1.0}
-    tensors = [Tensor("input:x", ("a",), 10), Tensor("a", ("b", "c"), 10), Tensor("b", ("c",), 10),
-               Tensor("c", ("output",), 10)]
+    tensors = [Tensor("/input/x", ("a",), 10), Tensor("a", ("b", "c"), 10), Tensor("b", ("c",), 10),
+               Tensor("c", ("/output",), 10)]
     linked = {("cpu", "a100"), ("a100", "cpu"), ("cpu", "t4"), ("t4", "cpu")}
     problem = Problem(["a", "b", "c"], devices, "cpu", node, tensors,
                       lambda s, d, n: 0.0 if s == d else 1.0 if (s, d) in linked else math.inf)
@@ -180,6 +180,6 @@ def test_a_placement_no_timed_copy_allows_is_one_line_naming_the_layer():
     assert blocked_layer(problem) is None and solve(problem).placement["b"] == "a100"
     pair = Problem(["a", "b"], ["cpu", "t4"], "cpu", {("a", "cpu"): INFEASIBLE, ("a", "t4"): 1.0,
                                                      ("b", "cpu"): 1.0, ("b", "t4"): INFEASIBLE},
-                   [Tensor("input:x", ("a", "b"), 1), Tensor("a", ("b",), 1), Tensor("b", ("output",), 1)],
+                   [Tensor("/input/x", ("a", "b"), 1), Tensor("a", ("b",), 1), Tensor("b", ("/output",), 1)],
                    lambda s, d, n: 0.0 if s == d else math.inf if (s, d) == ("t4", "cpu") else 1.0)
     assert not solve_two_devices(pair).placement and blocked_layer(pair)[0] in ("a", "b")

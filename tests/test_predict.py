@@ -341,8 +341,8 @@ def test_a_devices_matmul_and_stream_are_sampled_together_and_share_one_minimum_
 def branching(p: tbs.Profile) -> tbs.Profile:
     """The toy profile with a branching graph (conv feeds pool and flatten): no chain, so three devices go to HiGHS."""
     edges = {str(b): [dict(src=s, dst=d, shape=[b, 4], dtype="float32", bytes=16 * b)
-                      for s, d in (("input:x", "conv"), ("conv", "pool"), ("conv", "flatten"), ("pool", "flatten"),
-                                   ("flatten", "output"))] for b in (8, 32)}
+                      for s, d in (("/input/x", "conv"), ("conv", "pool"), ("conv", "flatten"), ("pool", "flatten"),
+                                   ("flatten", "/output"))] for b in (8, 32)}
     return replace(p, metadata=dict(p.metadata, graph=edges, host_device="cpu:0"))
 
 

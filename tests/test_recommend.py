@@ -24,9 +24,9 @@ def fake_profile(tmp_path, transfer_alpha=0.3, prices=None):
                      "n": 10, "median_s": seconds, "p25_s": seconds, "p75_s": seconds, "ci_low_s": seconds,
                      "ci_high_s": seconds, "per_sample_s": seconds / 8, "usd_per_hour": None,
                      "cost_per_sample_usd": None})
-    edges = [{"src": "input:x", "dst": "pre", "bytes": 1000, "shape": [8, 10], "dtype": "float32"}]
+    edges = [{"src": "/input/x", "dst": "pre", "bytes": 1000, "shape": [8, 10], "dtype": "float32"}]
     edges += [{"src": a, "dst": b, "bytes": 1000, "shape": [8, 10], "dtype": "float32"} for a, b in zip(LAYERS, LAYERS[1:])]
-    edges += [{"src": "dense", "dst": "output", "bytes": 40, "shape": [8, 1], "dtype": "float32"}]
+    edges += [{"src": "dense", "dst": "/output", "bytes": 40, "shape": [8, 1], "dtype": "float32"}]
     fit = {"alpha_s": transfer_alpha, "beta_s_per_byte": 0.0}
     meta = {"layers": [{"name": l, "type": "X", "category": "other"} for l in LAYERS], "graph": {"8": edges},
             "transfers": {"cpu:0->gpu:0": fit, "gpu:0->cpu:0": fit}, "host_device": "cpu:0",

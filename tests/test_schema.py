@@ -46,7 +46,7 @@ def test_unknown_keys_from_a_newer_writer_are_ignored_on_read():
 def test_a_captured_call_is_a_layer_record_and_saves_only_the_record():
     call = LayerCall(name="d", type="Dense", category="dense", params=12, input_shapes=[[None, 3]],
                      output_shapes=[[None, 4]], input_bytes=12, output_bytes=16, op=object(), args=(1,),
-                     eager_seconds=0.1, sources=["input:x"])
+                     eager_seconds=0.1, sources=["/input/x"])
     assert isinstance(call, LayerRecord)
     saved = call.replace(batch_size=8).as_dict()
     assert set(saved) <= {f.name for f in fields(LayerRecord)} and saved["batch_size"] == 8

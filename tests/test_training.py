@@ -123,7 +123,7 @@ def test_every_leaf_of_a_dag_with_a_nested_model_gets_its_phases_on_tensorflow(t
     assert rows.loc["left", "slot_bytes"] >= 2 * rows.loc["left", "weight_bytes"]  # Adam: two slots per weight
     graph = p.metadata["graph"]["4"]
     assert any(e["dst"] == LOSS_LAYER for e in graph)
-    assert not [e for e in graph if e["dst"] == "join" and e["src"].startswith("input")][0]["grad"]
+    assert not [e for e in graph if e["dst"] == "join" and e["src"].startswith("/input/")][0]["grad"]
     assert p.metadata["training"]["loss"]["name"] == "MeanSquaredError+SparseCategoricalCrossentropy" or \
         p.metadata["training"]["loss"]["source"] == "stand-in"
 
@@ -189,7 +189,7 @@ cpu0, cpu1 = backends.discover("tensorflow").devices[:2]
 model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, name="a"), keras.layers.Dense(4, name="b")])
 x = tf.constant(np.random.rand(8, 16).astype("float32"))
 calls = capture(model, x, True).calls
-steps = [PlacedStep("a", calls[0], cpu0, [("input", 0)], [False]), PlacedStep("b", calls[1], cpu1, [("a", 0)], [True])]
+steps = [PlacedStep("a", calls[0], cpu0, [("/input", 0)], [False]), PlacedStep("b", calls[1], cpu1, [("a", 0)], [True])]
 
 @tf.function
 def step(x):

@@ -62,7 +62,7 @@ def test_the_loss_is_a_placed_node_fed_by_the_output_and_nothing_returns_to_the_
     assert inp.layers[-1] == LOSS_LAYER and inp.mode == "training"
     fed = [t for t in inp.tensors if LOSS_LAYER in t.consumers]
     assert [(t.src, t.grad) for t in fed] == [("head", False), ("head", True)]
-    assert not any("output" in t.consumers for t in inp.tensors)  # the outputs go to the loss in training
+    assert not any("/output" in t.consumers for t in inp.tensors)  # the outputs go to the loss in training
     gradients = {t.src for t in inp.tensors if t.grad}
     assert gradients == {"embedding", "pool", "dense", "head"}  # nothing before the embedding needs one
     assert inp.as_dict()["mode"] == "training"
@@ -92,15 +92,15 @@ def test_an_inference_profile_of_the_same_model_has_no_loss_and_no_gradient(tmp_
     profile = fake_training_profile(tmp_path / "inf", seconds=SPLIT_BAIT, batch_sizes=(8,), training=False)
     inp = gather(profile, 8)
     assert LOSS_LAYER not in inp.layers and not any(t.grad for t in inp.tensors)
-    assert ("head", ("output",)) in [(t.src, t.consumers) for t in inp.tensors]
+    assert ("head", ("/output",)) in [(t.src, t.consumers) for t in inp.tensors]
     assert "gradient_in_seconds_per_sample" not in recommend(profile, "time").placement
 
 
 def _with_gradients(problem: Problem, seed: int) -> Problem:
     """The problem with a gradient (same bytes, back) along a random part of its layer-to-layer tensors."""
     rng = random.Random(seed)
-    back = [Tensor(t.src, tuple(c for c in t.consumers if c != "output"), t.bytes, grad=True)
-            for t in problem.tensors if not t.src.startswith("input") and rng.random() < 0.7]
+    back = [Tensor(t.src, tuple(c for c in t.consumers if c != "/output"), t.bytes, grad=True)
+            for t in problem.tensors if not t.src.startswith("/input/") and rng.random() < 0.7]
     return replace(problem, tensors=problem.tensors + [t for t in back if t.consumers])
 
 

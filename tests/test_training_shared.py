@@ -46,7 +46,7 @@ def test_the_split_train_step_updates_a_shared_layers_variables_once() -> None:
     model, made = _siamese(), []
     device = backends.discover("tensorflow").devices[0]
     x = [np.random.rand(4, 8).astype("float32") for _ in range(2)]
-    inputs = {"input:a": ("input", 0), "input:b": ("input", 1)}
+    inputs = {"/input/a": ("/input", 0), "/input/b": ("/input", 1)}
     steps = [PlacedStep(c.name, c, device, [inputs.get(s, (s, 0)) for s in c.sources],
                         [s not in inputs for s in c.sources]) for c in capture(model, x, True).calls]
 

@@ -71,6 +71,8 @@ class ProgramCost:
     argument_bytes: int | None = None
     output_bytes: int | None = None
     reason: str = ""  # why some figure is missing
+    # The optimised program's kernels as JSON (tbs.backends.hlo_kernels): what a GPU would launch for it.
+    kernels: str | None = None
 
 
 # Square matmul side and streamed bytes per device kind: long enough to reach the ceiling, short to time.
@@ -89,7 +91,7 @@ class CalibrationProgram:
     bytes: float
 
 
-Source = tuple[str, int]  # where a tensor comes from: ("input", i) or (call name, output index)
+Source = tuple[str, int]  # where a tensor comes from: (schema.GRAPH_INPUT, i) for model input i, or (call name, output index)
 
 
 @dataclass

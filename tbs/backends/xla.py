@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from tbs.backends import hlo_kernels
 from tbs.backends.base import ProgramCost
 
 
@@ -57,9 +58,9 @@ ANALYSIS_LLVM_LEVEL = 0
 
 
 def hlo_compiled(serialized_hlo: bytes, llvm_level: int | None = ANALYSIS_LLVM_LEVEL
-                 ) -> tuple[dict[str, float | None], dict[str, float | None], dict[str, int | None]]:
-    """XLA's cost analysis of a serialized HloModuleProto as given and of its optimised program, and the
-    memory analysis, from one compile for this host's CPU.
+                 ) -> tuple[dict[str, float | None], dict[str, Any], dict[str, int | None]]:
+    """XLA's cost analysis of a serialized HloModuleProto as given and of its optimised program (with its
+    ``kernels``), and the memory analysis, from one compile for this host's CPU.
 
     TensorFlow keeps its compiled XLA executables to itself; compiling the same HLO with the
     same compiler gives the optimised program (its counts match TensorFlow's own optimised
@@ -84,8 +85,18 @@ def hlo_compiled(serialized_hlo: bytes, llvm_level: int | None = ANALYSIS_LLVM_L
             options.executable_build_options.debug_options.xla_backend_optimization_level = llvm_level
         devices = xla_client.DeviceList(tuple(client.devices()[:1]))
         executable = compiler.backend_compile_and_load(client, module, devices, options, [])
-    after = cost_fields(xla_client._xla.hlo_module_cost_analysis(client, executable.hlo_modules()[0]))
+    optimised = executable.hlo_modules()[0]
+    after = dict(cost_fields(xla_client._xla.hlo_module_cost_analysis(client, optimised)),
+                 kernels=kernels_of(optimised.to_string()))
     return before, after, memory_fields(executable.get_compiled_memory_stats())
+
+
+def kernels_of(optimised_hlo_text: str) -> str | None:
+    """The optimised program's kernels as JSON (None where its HLO cannot be read: the counts still stand)."""
+    try:
+        return hlo_kernels.dumps(hlo_kernels.program_kernels(optimised_hlo_text))
+    except (ValueError, IndexError, KeyError):
+        return None
 
 
 def program_cost(source: str, before: Mapping[str, Any], after: Mapping[str, Any],
@@ -94,4 +105,5 @@ def program_cost(source: str, before: Mapping[str, Any], after: Mapping[str, Any
     return ProgramCost(
         source=source, flops=after.get("flops"), bytes_accessed=after.get("bytes_accessed"),
         flops_unoptimized=before.get("flops"), bytes_unoptimized=before.get("bytes_accessed"),
-        transcendentals=after.get("transcendentals"), reason=reason, **dict(memory or {}))
+        transcendentals=after.get("transcendentals"), reason=reason, kernels=after.get("kernels"),
+        **dict(memory or {}))

@@ -25,14 +25,17 @@ import numpy as np
 from tbs.backends import keras as _keras
 from tbs.backends.base import Device
 from tbs.capture.categories import categorize
-from tbs.schema import LayerRecord
+from tbs.schema import GRAPH_OUTPUT, LayerRecord, input_endpoint
 from tbs.backends.tensors import (dtype_name, flatten, fresh_if_passed_through, is_host_strings, iter_tensors,
                          tensor_bytes, tensor_shape)
 
 
+UNKNOWN_INPUT = input_endpoint("?")  # a tensor traced to no call and to no input of known identity
+
+
 @dataclass
 class Edge:
-    """A tensor flowing from one call (or a model input) into another call."""
+    """A tensor flowing from one call (or a model input, ``/input/<name>``) into another call (or ``/output``)."""
 
     src: str
     dst: str
@@ -55,7 +58,7 @@ class LayerCall(LayerRecord):
     outputs: Any = None
     eager_seconds: float = 0.0
     op_devices: dict[str, set[str]] = field(default_factory=dict)
-    # Who produced each flat input ("input:<name>" or a call's name): training needs it to
+    # Who produced each flat input (a model input's ``input_endpoint`` or a call's name): training needs it to
     # know which inputs' gradients a real backward computes.
     sources: list[str] = field(default_factory=list)
 
@@ -108,12 +111,13 @@ class _Recorder:
         flat = iter_tensors(inputs)
         for i, x in enumerate(flat):
             name = names[i] if i < len(names) else f"input_{i}"
-            self.producers[id(x)] = f"input:{name}"
+            self.producers[id(x)] = input_endpoint(name)
             self.keep_alive.append(x)
         self.model_inputs.append(flat)
 
     def unique_name(self, op: Any) -> str:
-        base = "/".join(self.path + [op.name])
+        """The call's path of names; an empty Keras name reads "?", so no name starts with "/" (the endpoints')."""
+        base = "/".join(part or "?" for part in self.path + [op.name])
         count = self.name_counts.get(base, 0) + 1
         self.name_counts[base] = count
         return base if count == 1 else f"{base}#{count}"
@@ -126,10 +130,10 @@ class _Recorder:
         for inputs in reversed(self.model_inputs):
             for candidate in inputs:
                 if tensor_shape(candidate) == shape and dtype_name(candidate) == dtype:
-                    return self.producers.get(id(candidate), "input:?"), True
+                    return self.producers.get(id(candidate), UNKNOWN_INPUT), True
         if self.calls:
             return self.calls[-1].name, True
-        return "input:?", True
+        return UNKNOWN_INPUT, True
 
     def record(self, op: Any, args: tuple, kwargs: dict, outputs: Any, seconds: float,
                op_devices: dict[str, set[str]], inactive: bool = False, flat_in: list[Any] | None = None) -> None:
@@ -244,5 +248,5 @@ def capture(model: Any, inputs: Any, training: bool, device: Device | None = Non
         DTypePolicy.convert_input = convert_input
     for x in iter_tensors(outputs):
         src, inferred = recorder.producer_of(recorder.original(x))
-        recorder.edges.append(Edge(src, "output", tensor_shape(x), dtype_name(x), tensor_bytes(x), inferred))
+        recorder.edges.append(Edge(src, GRAPH_OUTPUT, tensor_shape(x), dtype_name(x), tensor_bytes(x), inferred))
     return Capture(calls=recorder.calls, edges=recorder.edges, outputs=outputs)

@@ -30,7 +30,7 @@ from tbs.units import is_number
 PRICES = Parsed("KIND=USD_PER_HOUR[,...]", parse_prices)
 SPOT_DISCOUNTS = Parsed("DEVICE=FRACTION[,...]", parse_spot)
 DEVICE_TOKENS = Parsed("cpu,gpu,tpu", parse_device_tokens)
-NO_SAFE_MODE_HELP = "Load a .keras file that runs arbitrary code (Lambda layers); only for files you trust."
+NO_SAFE_MODE_HELP = "Load a .keras or .h5 file that runs arbitrary code (Lambda layers); only for files you trust."
 
 
 @click.group(cls=TbsGroup, context_settings={"help_option_names": ["-h", "--help"]})

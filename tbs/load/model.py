@@ -1,4 +1,6 @@
-"""Load a user's model: .pkl/.pickle (pickle/cloudpickle), .keras (safe mode), or an in-memory keras.Model.
+"""Load a user's model: .pkl/.pickle (pickle/cloudpickle), .keras or a Keras 2-era .h5/.hdf5 (both in
+safe mode), or an in-memory keras.Model. A TensorFlow SavedModel directory is refused with one line:
+Keras 3 reloads it only as an opaque inference function, with no layers to time one by one.
 
 Custom layers need their classes: --custom-objects FILE.py is imported first and
 every class or function it defines is offered to Keras's loader. When a class is
@@ -30,6 +32,9 @@ from tbs.backends import keras as _keras
 
 PICKLE_SUFFIXES = (".pkl", ".pickle")
 KERAS_SUFFIXES = (".keras",)
+H5_SUFFIXES = (".h5", ".hdf5")  # Keras's legacy format: keras.saving.load_model reads it, safe mode included
+SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
+SAVE_AS_KERAS = "save the Keras model itself with model.save('model.keras') where it is built, and profile that file"
 
 
 @dataclass
@@ -114,13 +119,17 @@ def check_model_file(path: Path) -> None:
     """Fail fast, before TensorFlow is imported, on a missing, empty or unsupported file."""
     if not path.exists():
         raise ModelLoadError(f"model file '{path}' does not exist; check the path (example models: python models/build.py)")
+    saved_model = path if path.is_dir() else path.parent if path.name in SAVED_MODEL_FILES else None
+    if saved_model is not None and any((saved_model / name).is_file() for name in SAVED_MODEL_FILES):
+        raise ModelLoadError(f"'{saved_model}' is a TensorFlow SavedModel, from which Keras 3 cannot rebuild the "
+                             f"layers tbs times; {SAVE_AS_KERAS}")
     if not path.is_file():
-        raise ModelLoadError(f"'{path}' is a directory, not a model file; pass a .pkl, .pickle or .keras file")
+        raise ModelLoadError(f"'{path}' is a directory, not a model file; pass a .pkl, .pickle, .keras or .h5 file")
     if path.stat().st_size == 0:
         raise ModelLoadError(f"model file '{path}' is empty; re-save the model")
-    if path.suffix.lower() not in PICKLE_SUFFIXES + KERAS_SUFFIXES:
+    if path.suffix.lower() not in PICKLE_SUFFIXES + KERAS_SUFFIXES + H5_SUFFIXES:
         raise ModelLoadError(
-            f"model file '{path}' has unsupported format '{path.suffix}'; save it as .keras, or pickle it to .pkl"
+            f"model file '{path}' has unsupported format '{path.suffix}'; save it as .keras or .h5, or pickle it to .pkl"
         )
 
 
@@ -140,7 +149,10 @@ def _load_error(path: Path, exc: BaseException) -> ModelLoadError:
             f"model '{path}' contains a Lambda layer (arbitrary Python code), which Keras's safe mode "
             f"refuses to load; {SAFE_MODE_FIX}"
         )
-    if isinstance(exc, (pickle.UnpicklingError, EOFError)) or "zip" in str(exc).lower():
+    if "No model config found" in str(exc):  # a .weights.h5 file, or an .h5 of model.save_weights
+        return ModelLoadError(f"'{path}' holds only weights, not the model; {SAVE_AS_KERAS}")
+    if (isinstance(exc, (pickle.UnpicklingError, EOFError)) or "zip" in str(exc).lower()
+            or "file signature not found" in str(exc) or "truncated file" in str(exc)):  # zip or HDF5
         return ModelLoadError(f"model file '{path}' is corrupt or truncated ({_first_line(exc)}); re-save the model")
     return ModelLoadError(f"cannot load model '{path}': {_first_line(exc)}")
 
@@ -169,9 +181,9 @@ def load_model(path: Path, custom_objects: dict[str, Any] | None = None,
                compile: bool = False) -> LoadedModel:
     """Load and validate a model file; every failure becomes a one-line ModelLoadError.
 
-    ``safe_mode`` is Keras's: off, a .keras file may run the code it holds (Lambda layers).
+    ``safe_mode`` is Keras's: off, a .keras or .h5 file may run the code it holds (Lambda layers).
     A pickle runs code whatever it says: the user chose to load it. ``compile`` (training)
-    restores a .keras file's own compile() -- its loss and optimizer, as Keras's ``load_model``
+    restores a .keras or .h5 file's own compile() -- its loss and optimizer, as Keras's ``load_model``
     does -- and where that fails (a loss nobody defined here) loads it uncompiled and says why
     in ``compile_note``, so the profile runs with stand-ins instead of refusing the model.
     """
@@ -192,7 +204,7 @@ def load_model(path: Path, custom_objects: dict[str, Any] | None = None,
                 fmt = "pickle"
             else:
                 model, note = _load_keras(path, custom_objects, safe_mode, compile)
-                fmt = "keras"
+                fmt = "h5" if suffix in H5_SUFFIXES else "keras"
     except Exception as exc:
         raise _load_error(path, exc) from None
     _check_model(model, str(path))
@@ -201,7 +213,7 @@ def load_model(path: Path, custom_objects: dict[str, Any] | None = None,
 
 
 def _load_keras(path: Path, custom_objects: dict[str, Any], safe_mode: bool, compile: bool) -> tuple[Any, str]:
-    """A .keras model, compiled as saved when asked; uncompiled with the reason when its compile() fails."""
+    """A .keras or .h5 model, compiled as saved when asked; uncompiled with the reason when its compile() fails."""
     keras = _keras()
     if compile:
         try:
@@ -212,8 +224,10 @@ def _load_keras(path: Path, custom_objects: dict[str, Any], safe_mode: bool, com
     if not compile:
         return model, ""
     missing = _missing_name(failed)
+    # Keras 3 cannot read every compile() a Keras 2-era .h5 holds (a loss saved by name): no code is missing.
+    advice = "" if path.suffix.lower() in H5_SUFFIXES else "; pass --custom-objects with the code it needs"
     why = (f"it needs '{missing}', which is not defined here; pass --custom-objects FILE.py defining it"
-           if missing else f"{_first_line(failed)[:160]}; pass --custom-objects with the code it needs")
+           if missing else f"{_first_line(failed)[:160]}{advice}")
     return model, (f"the model's own compile() could not be restored from '{path.name}': {why}, "
                    f"or choose --loss and --optimizer")
 

@@ -21,6 +21,7 @@ from typing import Any, Callable
 from tbs.backends.base import Device
 from tbs.capture.recorder import Capture, LayerCall
 from tbs.load.train_setup import TrainingSetup
+from tbs.schema import GRAPH_OUTPUT
 
 
 @dataclass
@@ -53,7 +54,7 @@ def skipped_activations(cap: Capture, device: Device, setup: TrainingSetup, targ
     """The output activations the step skips, by the name of the layer that applies them."""
     outputs = tensors_fn(cap.outputs)
     reads = device.loss_reads_logits(setup.loss, targets, outputs)
-    producers = [e.src for e in cap.edges if e.dst == "output"]
+    producers = [e.src for e in cap.edges if e.dst == GRAPH_OUTPUT]
     calls = {c.name: c for c in cap.calls}
     found: dict[str, SkippedActivation] = {}
     for index, (output, read, src) in enumerate(zip(outputs, reads, producers)):

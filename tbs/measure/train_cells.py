@@ -33,7 +33,7 @@ from tbs.measure.inference import invoker
 from tbs.measure.skipped import SkippedActivation, skipped_activations, without_activation
 from tbs.measure.stats import Summary
 from tbs.measure.timing import Measurement, Runner
-from tbs.schema import LOSS_LAYER, LayerRecord, Phase, Status
+from tbs.schema import GRAPH_OUTPUT, LOSS_LAYER, LayerRecord, Phase, Status
 
 FORWARD, BACKWARD, FORWARD_BACKWARD = Phase.FORWARD.value, Phase.BACKWARD.value, Phase.FORWARD_BACKWARD.value
 UPDATE, STEP = Phase.UPDATE.value, Phase.STEP.value
@@ -85,7 +85,7 @@ def structure(cap: Capture, plan: dict[str, list[bool]],
     for edge in cap.edges:
         entry = dict(vars(edge), grad=(edge.dst, edge.src) in flows)
         edges.append(entry)
-        if edge.dst == "output":
+        if edge.dst == GRAPH_OUTPUT:
             edges.append(dict(vars(edge), dst=LOSS_LAYER, grad=edge.dtype in FLOAT_DTYPES))
     loss = LayerRecord(name=LOSS_LAYER, type=setup.loss_name, category="loss", trainable=False, grad_inputs=[])
     return changes, loss, edges

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tbs.place.solvers import Tensor
-from tbs.schema import LOSS_LAYER
+from tbs.schema import GRAPH_OUTPUT, LOSS_LAYER, is_input_endpoint
 
 
 def bypass(edges: list[dict[str, Any]], skipped: list[str]) -> list[dict[str, Any]]:
@@ -24,19 +24,19 @@ def bypass(edges: list[dict[str, Any]], skipped: list[str]) -> list[dict[str, An
 def graph_tensors(edges: list[dict[str, Any]], layers: list[str], mode: str = "inference") -> list[Tensor]:
     """The graph's edges as tensors (one per produced value, with all its readers), and their gradients.
 
-    In training the model's outputs feed the loss, not the host, so edges to ``output``
+    In training the model's outputs feed the loss, not the host, so edges to ``/output``
     are dropped where the graph has a loss; an edge with ``grad`` adds the gradient that
     flows back along it, paid once per device its readers sit on.
     """
     training = mode == "training" and any(e["dst"] == LOSS_LAYER for e in edges)
     grouped: dict[tuple, list[dict[str, Any]]] = {}
     for e in edges:
-        if training and e["dst"] == "output":
+        if training and e["dst"] == GRAPH_OUTPUT:
             continue
         grouped.setdefault((e["src"], tuple(e.get("shape") or []), e.get("dtype"), int(e["bytes"])), []).append(e)
     tensors = []
     for (src, _, _, nbytes), group in grouped.items():
-        if not (src.startswith("input") or src in layers):
+        if not (is_input_endpoint(src) or src in layers):
             continue
         tensors.append(Tensor(src, tuple(dict.fromkeys(e["dst"] for e in group)), nbytes))
         back = tuple(dict.fromkeys(e["dst"] for e in group if e.get("grad")))

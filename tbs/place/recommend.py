@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from tbs.cost.reprice import lookup, usd_per_batch
-from tbs.schema import LOSS_LAYER, MEASURED
+from tbs.schema import LOSS_LAYER, MEASURED, is_input_endpoint
 from tbs.units import is_number
 from tbs.errors import TbsError
 from tbs.place.solvers import INFEASIBLE, Problem, Solution, Tensor, blocked_layer, solve, solve_milp
@@ -230,7 +230,7 @@ def _copies_in(inp: Inputs, placement: dict[str, str]) -> tuple[dict[str, float]
     backward = {layer: 0.0 for layer in inp.layers}
     order = {layer: i for i, layer in enumerate(inp.layers)}
     for t in inp.tensors:
-        src = inp.host if t.src.startswith("input") else placement[t.src]
+        src = inp.host if is_input_endpoint(t.src) else placement[t.src]
         first_reader: dict[str, str] = {}
         for c in sorted((c for c in t.consumers if c in order), key=order.get):
             first_reader.setdefault(placement[c], c)

@@ -29,13 +29,15 @@ from typing import Callable
 
 import numpy as np
 
+from tbs.schema import GRAPH_OUTPUT, is_input_endpoint
+
 INFEASIBLE = math.inf
-HOST = "input"  # edge endpoint name prefix for model inputs; "output" for model outputs
 
 
 @dataclass(frozen=True)
 class Tensor:
-    """One tensor: produced by ``src`` (a layer, or an ``input:*`` on the host), read by ``consumers``.
+    """One tensor: produced by ``src`` (a layer, or a model input ``/input/<name>`` on the host), read by
+    ``consumers`` (layers, or ``/output``: back to the host).
 
     ``grad``: the gradient of that tensor, flowing back from the consumers' devices to
     ``src``'s (same bytes, opposite direction).
@@ -78,8 +80,8 @@ class Problem:
         """Total cost of a placement: layers plus transfers (once per tensor and destination)."""
         total = sum(self.node_cost[(layer, placement[layer])] for layer in self.layers)
         for t in self.tensors:
-            here = self.host if t.src.startswith(HOST) else placement[t.src]
-            destinations = {self.host if c == "output" else placement[c] for c in t.consumers}
+            here = self.host if is_input_endpoint(t.src) else placement[t.src]
+            destinations = {self.host if c == GRAPH_OUTPUT else placement[c] for c in t.consumers}
             total += sum(self.copy_cost(t, here, d) for d in destinations if d != here)
         return total
 
@@ -95,9 +97,9 @@ def is_chain(problem: Problem) -> bool:
     """Every tensor goes from one layer (or the input) to the next one only."""
     order = {name: i for i, name in enumerate(problem.layers)}
     for t in problem.tensors:
-        src = -1 if t.src.startswith(HOST) else order[t.src]
+        src = -1 if is_input_endpoint(t.src) else order[t.src]
         for c in t.consumers:
-            dst = len(problem.layers) if c == "output" else order[c]
+            dst = len(problem.layers) if c == GRAPH_OUTPUT else order[c]
             if dst != src + 1:
                 return False
     return True
@@ -111,7 +113,8 @@ def blocked_layer(problem: Problem) -> tuple[str, str] | None:
     of the layer at the other end. A layer left without candidates is why nothing fits.
     """
     def name(end: str) -> str:
-        return "the model input" if end.startswith(HOST) else "the model output" if end == "output" else f"'{end}'"
+        return ("the model input" if is_input_endpoint(end) else "the model output" if end == GRAPH_OUTPUT
+                else f"'{end}'")
 
     domains = {l: set(problem.runs_on(l)) for l in problem.layers}
     for layer, devices in domains.items():
@@ -181,7 +184,7 @@ def solve_chain(problem: Problem) -> Solution:
             return Solution({}, INFEASIBLE, "dynamic programming (chain, infeasible)")
         best = row
         back.append(pointer)
-    final = {d: best[d] + copies("output", d, problem.host) for d in best}
+    final = {d: best[d] + copies(GRAPH_OUTPUT, d, problem.host) for d in best}
     final = {d: v for d, v in final.items() if math.isfinite(v)}
     if not final:
         return Solution({}, INFEASIBLE, "dynamic programming (chain, infeasible)")
@@ -212,22 +215,22 @@ def solve_two_devices(problem: Problem) -> Solution:
     def cap(value: float) -> int:
         return big if not math.isfinite(value) else int(round(value * scale))
 
-    names = ["s", "t"] + problem.layers + ["host"]
-    index = {n: i for i, n in enumerate(names)}
+    # Nodes by number (a layer may be called "s", "t" or "host"): s, t, the layers, the host, then auxiliaries.
+    s, t_node, host = 0, 1, len(problem.layers) + 2
+    index = {layer: i + 2 for i, layer in enumerate(problem.layers)}
     edges: dict[tuple[int, int], int] = {}
 
-    def add(u: str | int, v: str | int, c: int) -> None:
-        key = (index[u] if isinstance(u, str) else u, index[v] if isinstance(v, str) else v)
-        edges[key] = min(edges.get(key, 0) + c, big)
+    def add(u: int, v: int, c: int) -> None:
+        edges[(u, v)] = min(edges.get((u, v), 0) + c, big)
 
     for layer in problem.layers:
-        add("s", layer, cap(problem.node_cost[(layer, b)]))  # cut when the layer sits on b
-        add(layer, "t", cap(problem.node_cost[(layer, a)]))  # cut when it sits on a
-    add("s" if problem.host == a else "host", "host" if problem.host == a else "t", big)  # pin the host
-    aux = len(names)
+        add(s, index[layer], cap(problem.node_cost[(layer, b)]))  # cut when the layer sits on b
+        add(index[layer], t_node, cap(problem.node_cost[(layer, a)]))  # cut when it sits on a
+    add(s if problem.host == a else host, host if problem.host == a else t_node, big)  # pin the host
+    aux = host + 1
     for t in problem.tensors:
-        src = "host" if t.src.startswith(HOST) else t.src
-        consumers = ["host" if c == "output" else c for c in t.consumers]
+        src = host if is_input_endpoint(t.src) else index[t.src]
+        consumers = [host if c == GRAPH_OUTPUT else index[c] for c in t.consumers]
         # src on a, some consumer on b: pay a->b once (aux node between them); a gradient pays b->a
         add(src, aux, cap(problem.copy_cost(t, a, b)))
         for c in consumers:
@@ -240,9 +243,9 @@ def solve_two_devices(problem: Problem) -> Solution:
     size = aux
     rows, cols, caps = zip(*[(u, v, c) for (u, v), c in edges.items()])
     graph = csr_matrix((np.asarray(caps, dtype=np.int32), (rows, cols)), shape=(size, size))
-    flow = maximum_flow(graph, index["s"], index["t"]).flow
+    flow = maximum_flow(graph, s, t_node).flow
     residual = graph.toarray() - flow.toarray()  # flow is skew-symmetric: reverse edges included
-    seen, stack = {index["s"]}, [index["s"]]
+    seen, stack = {s}, [s]
     while stack:
         u = stack.pop()
         for v in np.nonzero(residual[u] > 0)[0]:
@@ -336,16 +339,16 @@ def _transfer_rows(problem: Problem, var: dict[tuple, int], rows: _Rows) -> None
                 for consumer in t.consumers:
                     coefs: dict[int, float] = {var[("z", ti, s, d)]: 1.0}
                     # z - x_src,s - x_c,d >= -1  (constants move to the bound)
-                    constant = -_endpoint(problem, var, coefs, t.src, s, -1.0, t.src.startswith(HOST))
-                    constant -= _endpoint(problem, var, coefs, consumer, d, -1.0, consumer == "output")
+                    constant = -_endpoint(problem, var, coefs, t.src, s, -1.0, is_input_endpoint(t.src))
+                    constant -= _endpoint(problem, var, coefs, consumer, d, -1.0, consumer == GRAPH_OUTPUT)
                     rows.add(coefs, -1.0 + constant, math.inf)
         # Tightening (same integer points, stronger LP): needed on d and not made on d ->
         # some source pays:  Σ_s z[t,s,d] + x[src,d] - x[c,d] >= 0
         for d in devices:
             for consumer in t.consumers:
                 coefs = {var[("z", ti, s, d)]: 1.0 for s in devices if s != d}
-                constant = -_endpoint(problem, var, coefs, t.src, d, 1.0, t.src.startswith(HOST))
-                constant -= _endpoint(problem, var, coefs, consumer, d, -1.0, consumer == "output")
+                constant = -_endpoint(problem, var, coefs, t.src, d, 1.0, is_input_endpoint(t.src))
+                constant -= _endpoint(problem, var, coefs, consumer, d, -1.0, consumer == GRAPH_OUTPUT)
                 rows.add(coefs, constant, math.inf)
 
 

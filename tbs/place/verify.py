@@ -39,14 +39,14 @@ from tbs.measure.stats import Summary
 from tbs.measure.timing import Interleaved, Measurement, Timer, TimingConfig
 from tbs.place.recommend import Recommendation
 from tbs.profiles.profile import Profile
-from tbs.schema import ARRAYS_INPUT, LOSS_LAYER, SYNTHETIC_INPUT
+from tbs.schema import ARRAYS_INPUT, GRAPH_INPUT, LOSS_LAYER, SYNTHETIC_INPUT
 
-from tbs.backends.base import Source  # (call name or "input", flat index)
+from tbs.backends.base import Source  # (call name or GRAPH_INPUT, flat index)
 
 
 def dataflow(capture: Capture, model_inputs: Any) -> tuple[list[list[Source | None]], list[Source]]:
     """For each call, where each of its tensor arguments comes from; and where the outputs come from."""
-    origin: dict[int, Source] = {id(x): ("input", i) for i, x in enumerate(iter_tensors(model_inputs))}
+    origin: dict[int, Source] = {id(x): (GRAPH_INPUT, i) for i, x in enumerate(iter_tensors(model_inputs))}
     plan = []
     for call in capture.calls:
         plan.append([origin.get(id(x)) for x in iter_tensors((call.args, call.kwargs))])
@@ -61,7 +61,7 @@ def replay_fn(placement: dict[str, str], calls_on: dict[str, dict[str, LayerCall
     """A function of the model's flat inputs that runs every call on its placed device."""
 
     def replay(*model_inputs: Any) -> Any:
-        values: dict[Source, Any] = {("input", i): x for i, x in enumerate(model_inputs)}
+        values: dict[Source, Any] = {(GRAPH_INPUT, i): x for i, x in enumerate(model_inputs)}
         for name, sources in zip(order, plan):
             device = placement[name]
             call = calls_on[device][name]

@@ -5,8 +5,10 @@ what the layer asks for -- the compiler's FLOPs and bytes and the layer's shapes
 (tbs.predictions.work) -- priced by the GPU model fitted on published GPU measurements
 (tbs.predictions.gpu_model, tbs.predictions.reference). Each row says its kind, the GEMM it
 was priced as, the precision assumed and a 90% band from that kind's residuals on the
-reference data. The whole model is the sum of its layers' predictions (a compiled model also
-fuses small layers: the sum leans high), and says so.
+reference data. The whole model is predicted from its compiled program where the profile recorded
+its kernels (tbs.predictions.whole: the fused program's GEMMs and memory passes plus the step's host
+overhead), each layer getting its share of that whole; else it is the sum of its layers' predictions
+(a compiled model also fuses small layers: the sum leans high), and says so.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tbs.predictions import whole
 from tbs.predictions.catalog import CatalogDevice
 from tbs.predictions.bands import regime
 from tbs.predictions.gpu_model import GpuModel, GpuSpec, band_factors, frame_of, predict_frame
@@ -85,7 +88,51 @@ def gpu_rows(profile: Profile, target: CatalogDevice, source_device: str, model:
     for _, row in rows.iterrows():
         out.append(_layer_row(row, layers.get(str(row["layer"])), profile.backend, training, spec, precision,
                               model, dict(base, predicted_from=source_device)))
-    return out + _model_rows(out, rows, base)
+    summed = _model_rows(out, rows, base)
+    return out + [_fused_row(profile, source_device, row, out, spec, precision, model) for row in summed]
+
+
+def _program_kernels(profile: Profile, device: str, batch: int, mode: str) -> list[dict[str, Any]] | None:
+    """The kernels of the whole model's compiled program measured on ``device`` (every phase's), or None."""
+    analysis = profile.analysis
+    if not len(analysis) or "kernels" not in analysis:
+        return None
+    cell = analysis[(analysis["target"] == "model") & (analysis["device"] == device) & (analysis["mode"] == mode)
+                    & (pd.to_numeric(analysis["batch_size"], errors="coerce") == batch)]
+    found = [whole.parse_kernels(text) for text in cell["kernels"]]
+    return None if not found or any(k is None for k in found) else [k for part in found for k in part]
+
+
+def _fused_row(profile: Profile, source_device: str, summed: dict[str, Any], layer_rows: list[dict[str, Any]],
+               spec: GpuSpec, precision: str, model: GpuModel) -> dict[str, Any]:
+    """The whole model from its compiled program's kernels where the profile has them (else the sum, as it was);
+    each layer row gets its seconds inside that program and its share of it."""
+    if summed.get("reason") or not is_number(summed.get("median_s")):
+        return summed
+    batch, mode = int(summed["batch_size"]), str(summed["mode"])
+    kernels = _program_kernels(profile, source_device, batch, mode)
+    if not kernels:
+        return summed
+    found = whole.predict_whole(kernels, spec, precision, model)
+    host = float(sum(r.get("host_s") or 0.0 for r in layer_rows if r["batch_size"] == batch and r["mode"] == mode
+                     and r.get("host_s") and str(r.get("in_step")) != "False"))
+    seconds = found.seconds + host
+    inside = whole.layer_seconds(found, [str(r["layer"]) for r in layer_rows])
+    for row in layer_rows:
+        if row["batch_size"] == batch and row["mode"] == mode:
+            row["in_model_s"] = inside.get(str(row["layer"]), 0.0) if "median_s" in row else None
+            row["model_share"] = row["in_model_s"] / seconds if row["in_model_s"] is not None else None
+    counts = found.counts()
+    low, high = whole.WHOLE_BAND
+    described = ", ".join(f"{counts[k]} {name}{'' if counts[k] == 1 else plural}" for k, name, plural in
+                          (("conv", "convolution", "s"), ("gemm", "GEMM", "s"), ("memory", "memory pass", "es"))
+                          if counts.get(k))
+    return dict(summed, method=f"{whole.METHOD}: {described} of the whole program compiled for {source_device}, "
+                               f"{precision}, + {found.host_overhead_s * 1e3:.2g} ms host overhead per step"
+                               f"{' + the host-only layers measured on the CPU' if host else ''} "
+                               f"(the sum of the isolated layers' predictions: {summed['median_s'] * 1e3:.3g} ms)",
+                median_s=seconds, low_s=found.seconds * low + host, high_s=found.seconds * high + host,
+                per_sample_s=seconds / batch, in_model_s=seconds, model_share=1.0)
 
 
 def _activation_bytes(layer: LayerRecord | None, batch: int) -> float:

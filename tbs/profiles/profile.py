@@ -22,7 +22,7 @@ from tbs.profiles.files import set_aside, write_csv_atomic, write_json_atomic
 from tbs.profiles.roofline import with_roofline
 from tbs.schema import (ANALYSIS_COLUMNS, DEFAULT_BACKEND, FORMAT_VERSION, MODEL_COLUMNS, PREDICTION_COLUMNS,
                         READABLE_VERSIONS, SAMPLE_COLUMNS, SUMMARY_COLUMNS, TRANSFER_COLUMNS, LayerRecord,
-                        Metadata, ProfileStatus, check_declared)
+                        Metadata, ProfileStatus, check_declared, current_graph)
 
 FILES = {"summary": SUMMARY_COLUMNS, "model": MODEL_COLUMNS, "samples": SAMPLE_COLUMNS, "transfers": TRANSFER_COLUMNS,
          "analysis": ANALYSIS_COLUMNS, "predictions": PREDICTION_COLUMNS}
@@ -165,6 +165,18 @@ def check_version(metadata: dict[str, Any], where: Path) -> None:
         )
 
 
+def _upgrade_graph(metadata: dict[str, Any]) -> None:
+    """An older profile's graph in this version's endpoint names, in memory (a --resume writes it so)."""
+    graph = metadata.get("graph")
+    if not isinstance(graph, dict) or not graph:
+        return
+    layers = {e["name"] for e in metadata.get("layers") or [] if isinstance(e, dict) and "name" in e}
+    try:
+        metadata["graph"] = current_graph(graph, int(metadata.get("tbs_profile_version") or 1), layers)
+    except (TypeError, KeyError, AttributeError):  # a damaged graph is left as it is: loading never refused one
+        pass
+
+
 def load_profile(directory: str | os.PathLike[str]) -> Profile:
     directory = Path(directory)
     meta_path = directory / "metadata.json"
@@ -177,6 +189,7 @@ def load_profile(directory: str | os.PathLike[str]) -> Profile:
     if not isinstance(metadata, dict):
         raise ProfileError(f"'{meta_path}' is not a tbs profile's metadata; re-run tbs profile")
     check_version(metadata, directory)
+    _upgrade_graph(metadata)
     frames = {name: read_table(directory / f"{name}.csv", name, columns) for name, columns in FILES.items()}
     # A cell interrupted after its analysis was written is measured again on --resume: keep the last.
     frames["analysis"] = frames["analysis"].drop_duplicates(

@@ -14,6 +14,7 @@ from plotly.subplots import make_subplots
 
 from tbs.report.figures import DEVICE_COLORS
 from tbs.predictions.gpu_predict import METHOD as GPU_METHOD
+from tbs.predictions.whole import METHOD as WHOLE_METHOD
 from tbs.report.page import ReportData, esc, figure, table
 from tbs.schema import MEASURED
 from tbs.units import PER_MILLION, format_seconds, format_usd, is_number
@@ -111,6 +112,9 @@ def predicted_layers(data: ReportData) -> str:
     for device in dict.fromkeys(at["device"]):
         cells = numbers(at[at["device"] == device].set_index("layer"), "per_sample_s").reindex(grid.index)
         grid[f"{device} (predicted)"] = [format_seconds(v) if is_number(v) else NOT_PREDICTED for v in cells]
+        shares = numbers(at[at["device"] == device].set_index("layer"), "model_share").reindex(grid.index)
+        if shares.notna().any():  # predicted from the whole compiled program: each layer's share of it
+            grid[f"{device} share of model"] = [f"{v:.1%}" if is_number(v) else "-" for v in shares]
     grid.index = grid.index.map(data.view.label)
     return (f"<h3>Per layer at batch {batch}: time per sample, predicted beside measured</h3>"
             + table(grid.fillna("-").rename_axis("layer").reset_index()))
@@ -135,7 +139,8 @@ def _methods(done: pd.DataFrame, meta: Mapping[str, Any]) -> str:
     for device, rows in done.groupby("device", sort=False):
         methods = [str(m) for m in rows["method"].dropna()]
         families = list(dict.fromkeys(c.strip() for m in methods
-                                      for c in ([m.split(": ")[0]] if m.startswith(GPU_METHOD) else m.split(";"))))
+                                      for c in ([m.split(": ")[0]] if m.startswith((GPU_METHOD, WHOLE_METHOD))
+                                                else m.split(";"))))
         items.append(f"<li><b>{esc(device)}</b> ({esc((names.get(device) or {}).get('name', 'catalog device'))}): "
                      f"{esc('; '.join(families))}</li>")
     return f"<ul>{''.join(items)}</ul>"

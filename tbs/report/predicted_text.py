@@ -55,6 +55,9 @@ def layer_table(profile: Profile, batch_size: int) -> str:
             row = found.iloc[0] if len(found) else None
             line[f"{device} predicted [90%]"] = _predicted_cell(row)
             line[f"{device} $/1M"] = _cost_cell(row)
+            if _numbers(group, "model_share").notna().any():  # predicted from the whole compiled program
+                share = None if row is None else row.get("model_share")
+                line[f"{device} share of model"] = f"{float(share):.1%}" if is_number(share) else "-"
         rows.append(line)
     return pd.DataFrame(rows).to_string(index=False) if rows else ""
 

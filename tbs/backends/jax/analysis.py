@@ -40,7 +40,7 @@ def lowered_cost(fn: Callable[..., Any], *args: Any) -> ProgramCost:
     before = xla.cost_fields(lowered.cost_analysis())
     options = {"xla_backend_optimization_level": xla.ANALYSIS_LLVM_LEVEL} if _on_cpu(args) else None
     compiled = lowered.compile(compiler_options=options)
-    after = xla.cost_fields(compiled.cost_analysis())
+    after = dict(xla.cost_fields(compiled.cost_analysis()), kernels=xla.kernels_of(compiled.as_text()))
     memory = xla.memory_fields(compiled.memory_analysis())
     return xla.program_cost("xla", before, after, memory)
 

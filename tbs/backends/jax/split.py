@@ -17,6 +17,7 @@ from typing import Any, Callable
 from tbs.backends.base import PlacedStep, Runner, Source
 from tbs.backends.jax.training import _is_float, _pure
 from tbs.backends.tensors import iter_tensors, replace_tensors
+from tbs.schema import GRAPH_INPUT
 
 
 def _jax() -> Any:
@@ -88,7 +89,7 @@ class _Call:
         self.weight_grads, input_grads = self.backward(self.vjp, g)
         for i, grad in zip(self.wanted, input_grads):
             source = self.step.sources[i]
-            if source is not None and source[0] != "input":
+            if source is not None and source[0] != GRAPH_INPUT:
                 _accumulate(cotangents, source, grad)
 
     def run_update(self) -> list[Any]:
@@ -129,13 +130,13 @@ def split_train_runner(steps: list[PlacedStep], outputs: list[Source], inputs: l
     compiled_loss = jax.jit(loss_and_gradient)
 
     def one_step() -> list[Any]:
-        values: dict[Source, Any] = {("input", i): x for i, x in enumerate(inputs)}
+        values: dict[Source, Any] = {(GRAPH_INPUT, i): x for i, x in enumerate(inputs)}
         for call in calls:
             call.run_forward(values)
         value, output_grads = compiled_loss(ys, [loss_put(values[src]) for src in outputs])
         cotangents: dict[Source, Any] = {}
         for src, grad in zip(outputs, output_grads):
-            if src[0] != "input":
+            if src[0] != GRAPH_INPUT:
                 _accumulate(cotangents, src, grad)
         for call in reversed(calls):
             if call.wanted or call.trainable:

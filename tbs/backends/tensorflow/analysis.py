@@ -46,7 +46,8 @@ def program_cost(device_name: str, kind: str, call: Callable[..., Any], tensors:
         if kind == "cpu":
             before, after, memory = xla.hlo_compiled(unoptimised)
         else:
-            before, after, memory = xla.hlo_text_cost(unoptimised), xla.hlo_text_cost(optimised), None
+            after = dict(xla.hlo_text_cost(optimised), kernels=xla.kernels_of(optimised))
+            before, memory = xla.hlo_text_cost(unoptimised), None
     except Exception as exc:  # XLA's analysis is unavailable here (jaxlib missing or changed)
         return graph_cost(call, tensors, f"XLA's cost analysis is unavailable ({_first_line(exc)})")
     reason = "" if memory else "no memory analysis of an accelerator's program through TensorFlow"

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from tbs.backends.base import PlacedStep, Runner, Source
 from tbs.backends.tensorflow.environment import tensorflow as _tensorflow
 from tbs.backends.tensors import iter_tensors, replace_tensors
+from tbs.schema import GRAPH_INPUT
 
 if TYPE_CHECKING:
     from tbs.backends.tensorflow.device import TFDevice
@@ -71,7 +72,7 @@ def split_train_runner(host: "TFDevice", steps: list[PlacedStep], outputs: list[
     ys = loss_device.place(list(targets))
 
     def train_step(*flat: Any) -> Any:
-        values: dict[Source, Any] = {("input", i): x for i, x in enumerate(flat)}
+        values: dict[Source, Any] = {(GRAPH_INPUT, i): x for i, x in enumerate(flat)}
         with tf.GradientTape() as tape:
             for step in steps:
                 recorded = iter_tensors((step.call.args, step.call.kwargs))

@@ -1,0 +1,116 @@
+"""A whole model on a GPU from its compiled program: the fused program's kernels, each priced by the GPU model.
+
+A model timed layer by layer pays every layer's memory passes and launches; the compiled model
+fuses its elementwise work (BatchNorm in inference, activations, biases, residual adds) into a few
+passes, and the framework pays its per-step host cost once. So the whole model is predicted from
+the kernels of its optimised whole-model program (``tbs.backends.hlo_kernels``, recorded in a
+profile's ``analysis.csv``): each convolution or dot priced as the GEMM it is (the same model as a
+layer's, tbs.predictions.gpu_model), each other kernel as the bytes it moves, plus a per-step host
+overhead fitted on published whole-model latencies (tbs/predictions/reference/whole_models.csv,
+``python benchmarks/whole_model.py``). Each kernel is attributed to the Keras layer whose name
+scope its framework op carries: a layer's share of the whole.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+
+from tbs.predictions.gpu_model import GpuModel, GpuSpec, frame_of, predict_frame
+from tbs.predictions.work import CONV, GEMM, MEMORY, Work
+
+# What a framework's step costs beyond its kernels (launching, feeding one batch, fetching the result), fitted
+# on the published whole-model latencies of the non-classifier models (benchmarks/whole_model.py, which scores
+# each model with the constant fitted without it). It fits to 0: a CPU compile's program launches more kernels
+# than a GPU compile's (docs/predictions.md), which already makes small batches lean slow.
+HOST_OVERHEAD_S = 0.0
+# The whole model's 90% band, as multipliers of the prediction: the 5th and 95th percentiles of
+# log(published / predicted) over the same rows (benchmarks/whole_model.md).
+WHOLE_BAND = (0.64, 1.52)
+METHOD = "GPU model of the fused whole-model program"
+
+
+@dataclass(frozen=True)
+class WholePrediction:
+    """The whole model's predicted seconds (kernels plus host overhead), and each kernel's seconds."""
+
+    seconds: float
+    kernel_seconds: np.ndarray
+    kernels: list[dict[str, Any]]
+    host_overhead_s: float
+
+    def counts(self) -> dict[str, int]:
+        """Kernels launched per kind (a loop's kernels once per trip)."""
+        out: dict[str, int] = {}
+        for kernel in self.kernels:
+            out[kernel["kind"]] = out.get(kernel["kind"], 0) + int(kernel.get("repeat", 1))
+        return out
+
+
+def kernel_work(kernel: dict[str, Any]) -> Work:
+    """One kernel of the fused program as the GPU model's work."""
+    moved, flops = float(kernel.get("bytes", 0.0)), float(kernel.get("flops", 0.0))
+    if kernel.get("kind") == GEMM:
+        return Work(GEMM, flops, moved, m=int(kernel["m"]), n=int(kernel["n"]), k=int(kernel["k"]),
+                    count=int(kernel.get("count", 1)))
+    if kernel.get("kind") == CONV:
+        window, stride, channels = (int(kernel.get(c, 1)) for c in ("window", "stride", "channels"))
+        return Work(CONV, flops, moved, m=int(kernel["m"]), n=int(kernel["n"]), k=int(kernel["k"]), window=window,
+                    stride=stride, winograd=window == 9 and stride == 1, tensor_core_aligned=channels % 8 == 0)
+    return Work(MEMORY, flops, moved)
+
+
+def parse_kernels(text: Any) -> list[dict[str, Any]] | None:
+    """A profile's ``kernels`` cell (JSON) as a list, or None where it is blank or unreadable."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return None
+    return found if isinstance(found, list) else None
+
+
+def predict_whole(kernels: list[dict[str, Any]], spec: GpuSpec, precision: str, model: GpuModel,
+                  host_overhead_s: float = HOST_OVERHEAD_S, fold_epilogues: bool = True) -> WholePrediction:
+    """The program's kernels run one after another on ``spec`` at ``precision``, plus the step's host overhead.
+
+    With ``fold_epilogues``, an elementwise pass that only reads a convolution's or GEMM's output (its bias,
+    activation, scale) is run as that GEMM's epilogue, as a GPU's libraries do (cuDNN's fused
+    convolution-bias-activation, cuBLASLt's epilogues; XLA's GPU backend rewrites to them) and a CPU compile
+    does not: it costs nothing more than the GEMM's own write.
+    """
+    if fold_epilogues:
+        kernels = [k for k in kernels if not k.get("epilogue")]
+    if not kernels:
+        return WholePrediction(host_overhead_s, np.zeros(0), [], host_overhead_s)
+    works = [kernel_work(k) for k in kernels]
+    frame = frame_of(works, [precision] * len(works), [spec] * len(works))
+    repeats = np.array([float(k.get("repeat", 1)) for k in kernels])
+    seconds = predict_frame(frame, model) * repeats
+    return WholePrediction(float(seconds.sum()) + host_overhead_s, seconds, kernels, host_overhead_s)
+
+
+def layer_of(op_name: str, layers: Iterable[str]) -> str:
+    """The innermost Keras layer whose name scope an op's name carries ('' where none does)."""
+    names = set(layers)
+    parts = [p for p in op_name.split("/")[:-1] if p]
+    for part in reversed(parts):
+        for candidate in (part, re.sub(r"_\d+$", "", part)):
+            if candidate in names:
+                return candidate
+    return ""
+
+
+def layer_seconds(prediction: WholePrediction, layers: Iterable[str]) -> dict[str, float]:
+    """Each layer's predicted seconds inside the whole model: the kernels its ops became ('' for the rest)."""
+    names = list(layers)
+    out: dict[str, float] = {}
+    for kernel, seconds in zip(prediction.kernels, prediction.kernel_seconds):
+        owner = layer_of(str(kernel.get("op", "")), names)
+        out[owner] = out.get(owner, 0.0) + float(seconds)
+    return out

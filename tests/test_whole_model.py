@@ -1,0 +1,153 @@
+"""The whole model on a GPU from its compiled program: its kernels read from XLA's optimised HLO, priced by the
+GPU model, recorded in a profile, and each layer's share of the whole.
+
+The HLO reading is pinned on hand-written HLO text (fusions, convolutions, dots, a loop); the recording and the
+prediction on a real TensorFlow profile of a small CNN whose BatchNorm and activations a compiled model fuses.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from keras_models import keras, layers
+from tbs.backends.hlo_kernels import program_kernels, shape_bytes
+from tbs.predictions.catalog import load_catalog
+from tbs.predictions.gpu_predict import gpu_spec
+from tbs.predictions.reference import fitted_model
+from tbs.predictions.whole import layer_of, predict_whole
+
+FAST = dict(min_samples=3, cell_budget_seconds=0.05, min_block_seconds=0.001, min_span_seconds=0.0)
+
+HLO = """HloModule m
+
+%fused_relu (p0: f32[4,8,8,16], p1: f32[16]) -> f32[4,8,8,16] {
+  %p0 = f32[4,8,8,16]{3,2,1,0} parameter(0)
+  %p1 = f32[16]{0} parameter(1)
+  %b = f32[4,8,8,16]{3,2,1,0} broadcast(%p1), dimensions={3}
+  %a = f32[4,8,8,16]{3,2,1,0} add(%p0, %b)
+  ROOT %r = f32[4,8,8,16]{3,2,1,0} maximum(%a, %a), metadata={op_name="model/act_1/Relu"}
+}
+
+%fused_two (p0: f32[4,8,8,16], p1: f32[3,3,16,16], p2: f32[1,1,16,32]) -> f32[4,8,8,32] {
+  %p0 = f32[4,8,8,16]{3,2,1,0} parameter(0)
+  %p1 = f32[3,3,16,16]{3,2,1,0} parameter(1)
+  %p2 = f32[1,1,16,32]{3,2,1,0} parameter(2)
+  %c = f32[4,8,8,16]{3,2,1,0} convolution(%p0, %p1), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f, metadata={op_name="model/conv2_1/convolution"}
+  ROOT %d = f32[4,8,8,32]{3,2,1,0} convolution(%c, %p2), window={size=1x1}, dim_labels=b01f_01io->b01f, metadata={op_name="model/conv3_1/convolution"}
+}
+
+%body (s: (s32[], f32[4,16])) -> (s32[], f32[4,16]) {
+  %s = (s32[], f32[4,16]{1,0}) parameter(0)
+  %h = f32[4,16]{1,0} get-tuple-element(%s), index=1
+  %i = s32[] get-tuple-element(%s), index=0
+  %w = f32[16,16]{1,0} constant({...})
+  %step = f32[4,16]{1,0} dot(%h, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="model/rnn_1/MatMul"}
+  ROOT %t = (s32[], f32[4,16]{1,0}) tuple(%i, %step)
+}
+
+%cond (s: (s32[], f32[4,16])) -> pred[] {
+  %s = (s32[], f32[4,16]{1,0}) parameter(0)
+  ROOT %p = pred[] constant(true)
+}
+
+ENTRY %main (x: f32[4,8,8,3], k: f32[3,3,3,16], bias: f32[16], k2: f32[3,3,16,16], k3: f32[1,1,16,32], q: f32[2,4,5,8], v: f32[2,8,6], init: (s32[], f32[4,16])) -> f32[4,8,8,32] {
+  %x = f32[4,8,8,3]{3,2,1,0} parameter(0)
+  %k = f32[3,3,3,16]{3,2,1,0} parameter(1)
+  %bias = f32[16]{0} parameter(2)
+  %k2 = f32[3,3,16,16]{3,2,1,0} parameter(3)
+  %k3 = f32[1,1,16,32]{3,2,1,0} parameter(4)
+  %q = f32[2,4,5,8]{3,2,1,0} parameter(5)
+  %v = f32[2,8,6]{2,1,0} parameter(6)
+  %init = (s32[], f32[4,16]{1,0}) parameter(7)
+  %conv = f32[4,4,4,16]{3,2,1,0} convolution(%x, %k), window={size=3x3 stride=2x2 pad=1_1x1_1}, dim_labels=b01f_01io->b01f, metadata={op_name="model/conv1_1/convolution"}
+  %act = f32[4,8,8,16]{3,2,1,0} fusion(%conv, %bias), kind=kLoop, calls=%fused_relu, metadata={op_name="model/act_1/Relu"}
+  %cast = f32[4,8,8,16]{3,2,1,0} bitcast(%act)
+  %two = f32[4,8,8,32]{3,2,1,0} fusion(%cast, %k2, %k3), kind=kCustom, calls=%fused_two
+  %attn = f32[2,4,5,6]{3,2,1,0} dot(%q, %v), lhs_batch_dims={0}, lhs_contracting_dims={3}, rhs_batch_dims={0}, rhs_contracting_dims={1}
+  %loop = (s32[], f32[4,16]{1,0}) while(%init), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"7"}}
+  ROOT %t = f32[4,8,8,32]{3,2,1,0} transpose(%two), dimensions={0,1,2,3}
+}
+"""
+
+
+def test_an_optimised_programs_kernels_are_its_fusions_gemms_and_data_moves():
+    assert shape_bytes("f32[4,16]{1,0}") == 256 and shape_bytes("(s32[], bf16[2,2]{1,0})") == 12
+    kernels = program_kernels(HLO)
+    assert [k["kind"] for k in kernels] == ["conv", "memory", "conv", "conv", "gemm", "gemm", "memory"]
+    conv = kernels[0]  # stride 2: 4x4 output positions per image, K = 3x3 window x 3 channels
+    assert (conv["m"], conv["n"], conv["k"], conv["window"], conv["stride"]) == (64, 16, 27, 9, 2)
+    assert conv["bytes"] == shape_bytes("f32[4,4,4,16]") + shape_bytes("f32[4,8,8,3]") + shape_bytes("f32[3,3,3,16]")
+    act = kernels[1]  # a memory pass: its operands and output, read and written once; it only follows a conv
+    assert act["bytes"] == 2 * 4 * 8 * 8 * 16 * 4 - 4 * 8 * 8 * 16 * 4 + 4 * 4 * 4 * 16 * 4 + 16 * 4
+    assert act["op"] == "model/act_1/Relu" and not act.get("epilogue")  # not its conv's size: not an epilogue
+    # A CPU fusion that chains two convolutions: a GPU runs each as a kernel of its own, each named by its own op.
+    assert [(k["k"], k["n"], k["op"]) for k in kernels[2:4]] == [(144, 16, "model/conv2_1/convolution"),
+                                                                  (16, 32, "model/conv3_1/convolution")]
+    attention = kernels[4]  # a batched dot: count = its batch dimensions
+    assert (attention["m"], attention["n"], attention["k"], attention["count"]) == (20, 6, 8, 2)
+    assert kernels[5]["repeat"] == 7 and kernels[5]["op"] == "model/rnn_1/MatMul"  # a loop's step, once per trip
+    assert kernels[6]["hlo"] == "transpose"
+
+
+def test_the_whole_program_is_priced_with_epilogues_folded_and_each_kernel_has_a_layer():
+    t4 = gpu_spec(load_catalog()["t4"])
+    kernels = program_kernels(HLO)
+    kernels[1]["epilogue"] = True
+    folded = predict_whole(kernels, t4, "fp32", fitted_model(), host_overhead_s=1e-3)
+    unfolded = predict_whole(kernels, t4, "fp32", fitted_model(), host_overhead_s=1e-3, fold_epilogues=False)
+    assert folded.seconds == pytest.approx(1e-3 + folded.kernel_seconds.sum())
+    assert unfolded.seconds > folded.seconds and len(folded.kernels) == len(kernels) - 1
+    assert folded.counts() == {"conv": 3, "gemm": 8, "memory": 1}
+    assert layer_of("functional_1/conv2d_3/convolution", ["conv2d", "conv2d_3"]) == "conv2d_3"
+    assert layer_of("model/block_1/attention_1/query/MatMul", ["block", "attention"]) == "attention"
+    assert layer_of("XLA_Args", ["conv2d"]) == ""
+
+
+def test_a_profile_records_its_whole_program_and_a_gpu_is_predicted_from_it(tmp_path):
+    import tbs
+
+    inputs = keras.Input((16, 16, 8), name="x")
+    x = inputs
+    for index in range(2):
+        x = layers.Conv2D(8, 3, padding="same", name=f"conv{index}")(x)
+        x = layers.BatchNormalization(name=f"norm{index}")(x)
+        x = layers.ReLU(name=f"relu{index}")(x)
+    model = keras.Model(inputs, layers.Add(name="add")([inputs, x]))
+    p = tbs.profile(model, [8], devices="cpu", timing=tbs.TimingConfig(**FAST), progress=None, report=False,
+                    out=tmp_path / "p")
+    whole_cell = p.analysis[p.analysis["target"] == "model"].iloc[0]
+    kinds = [k["kind"] for k in json.loads(whole_cell["kernels"])]
+    assert kinds.count("conv") == 2 and 2 <= kinds.count("memory") < 6  # each BatchNorm + ReLU pair: one pass
+    loaded = tbs.load(tmp_path / "p")
+    rows = tbs.predict(loaded, "t4").predictions
+    whole = rows[rows["target"] == "model"].iloc[0]
+    assert whole["method"].startswith("GPU model of the fused whole-model program: 2 convolutions")
+    layer_rows = rows[rows["target"] == "layer"]
+    summed = layer_rows["median_s"].sum()
+    assert f"the sum of the isolated layers' predictions: {summed * 1e3:.3g} ms" in whole["method"]
+    assert whole["low_s"] < whole["median_s"] < whole["high_s"]
+    shares = pd.to_numeric(layer_rows.set_index("layer")["model_share"])
+    assert shares["conv0"] > 0 and shares.sum() <= 1.0 + 1e-9  # each layer's kernels inside the whole
+    assert (layer_rows["median_s"] > 0).all()  # the isolated per-layer predictions stay
+    predicted = tbs.predict(loaded, "t4")
+    assert "t4 share of model" in tbs.render(predicted, "predicted")
+    page = tbs.render(predicted, "html")
+    assert "t4 share of model" in page and "GPU model of the fused whole-model program</li>" in page
+    without = tbs.predict(loaded.__class__(**{**loaded.__dict__, "analysis": loaded.analysis.drop(columns="kernels")}),
+                          "t4").predictions
+    fallback = without[without["target"] == "model"].iloc[0]
+    assert fallback["median_s"] == pytest.approx(summed) and "the sum of the layers' predictions" in fallback["method"]
+
+
+def test_the_published_whole_model_rows_name_their_source_precision_and_licence_and_classifiers_are_marked():
+    from pathlib import Path
+
+    table = pd.read_csv(Path(__file__).resolve().parent.parent / "tbs/predictions/reference/whole_models.csv")
+    assert set(table["precision"]) == {"fp16", "fp32", "tf32"} and (table["latency_s"] > 0).all()
+    assert table[["source_path", "commit", "table", "license"]].notna().all().all()
+    assert set(table.loc[table["classifier"], "family"]) == {"resnet50"}  # the independent check, never fitted
+    bert = table.query("model == 'bert_base' and device == 't4' and precision == 'fp32' and sequence_length == 128")
+    assert bert.set_index("batch_size")["latency_s"][1] == pytest.approx(18.80e-3)  # the table's 90th percentile
