@@ -1,8 +1,8 @@
 """Build the example models (the seeds' architectures, random weights, no downloads).
 
-    python models/build.py               # every model except ic_dr (InceptionV3, ~100 MB)
+    python models/build.py               # the seeds' small models (not the real-size ones below)
     python models/build.py cnn_flowers ic_dr
-    python models/build.py --all
+    python models/build.py --all         # also ic_dr (InceptionV3), resnet50, efficientnet_b0, bert_base
 
 Each model is pickled to models/<name>.pkl. The files are generated, not kept in git.
 """
@@ -119,6 +119,45 @@ def ic_dr() -> keras.Model:
     return keras.Model(inputs, outputs, name="ic_dr")
 
 
+def bert_encoder(blocks: int = 12, width: int = 768, heads: int = 12, sequence: int = 128, ffn: int = 3072,
+                 vocabulary: int = 30_522) -> keras.Model:
+    """A BERT-base-sized encoder from Keras layers (no keras_hub, no download): token Embedding, then
+    ``blocks`` post-norm blocks of MultiHeadAttention and a GELU FFN, each with residual + LayerNormalization.
+
+    No position or segment embeddings and a mean-pooled 2-class head: BERT-base's shapes and FLOPs, not its
+    weights. ``bert_base`` is the 12 x 768 one (109M parameters); tests build a small one.
+    """
+    inputs = keras.Input((sequence,), dtype="int32", name="tokens")
+    x = layers.Embedding(vocabulary, width, name="token_embedding")(inputs)
+    x = layers.LayerNormalization(epsilon=1e-12, name="embedding_norm")(x)
+    for i in range(blocks):
+        attended = layers.MultiHeadAttention(heads, width // heads, name=f"block{i}_attention")(x, x)
+        x = layers.LayerNormalization(epsilon=1e-12, name=f"block{i}_attention_norm")(
+            layers.Add(name=f"block{i}_attention_add")([x, attended]))
+        h = layers.Dense(ffn, activation="gelu", name=f"block{i}_ffn_in")(x)
+        h = layers.Dense(width, name=f"block{i}_ffn_out")(h)
+        x = layers.LayerNormalization(epsilon=1e-12, name=f"block{i}_ffn_norm")(
+            layers.Add(name=f"block{i}_ffn_add")([x, h]))
+    x = layers.GlobalAveragePooling1D(name="pool")(x)
+    outputs = layers.Dense(2, name="classifier")(x)
+    return keras.Model(inputs, outputs, name="bert_base" if (blocks, width) == (12, 768) else "bert_encoder")
+
+
+def bert_base() -> keras.Model:
+    """BERT-base's size: 12 blocks, width 768, 12 heads, FFN 3072, 128 tokens, 30,522-token vocabulary."""
+    return bert_encoder()
+
+
+def resnet50() -> keras.Model:
+    """keras.applications ResNet50 (weights=None, 224x224, 1000 classes), 176 leaf layers."""
+    return keras.applications.ResNet50(weights=None)
+
+
+def efficientnet_b0() -> keras.Model:
+    """keras.applications EfficientNetB0 (weights=None, 224x224, 1000 classes)."""
+    return keras.applications.EfficientNetB0(weights=None)
+
+
 BUILDERS: dict[str, Callable[[], keras.Model]] = {
     "cnn_flowers": cnn_flowers,
     "lm_imdb": lm_imdb,
@@ -127,8 +166,12 @@ BUILDERS: dict[str, Callable[[], keras.Model]] = {
     "nn_twins": nn_twins,
     "rnn_sa": rnn_sa,
     "ic_dr": ic_dr,
+    "resnet50": resnet50,
+    "efficientnet_b0": efficientnet_b0,
+    "bert_base": bert_base,
 }
-DEFAULT = [name for name in BUILDERS if name != "ic_dr"]
+REAL_SIZE = ("ic_dr", "resnet50", "efficientnet_b0", "bert_base")  # 20-440 MB each: built only when named
+DEFAULT = [name for name in BUILDERS if name not in REAL_SIZE]
 
 
 def build(name: str, out_dir: Path = HERE) -> Path:
@@ -147,8 +190,9 @@ def build(name: str, out_dir: Path = HERE) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("names", nargs="*", help=f"models to build (default: all but ic_dr): {', '.join(BUILDERS)}")
-    parser.add_argument("--all", action="store_true", help="build every model, ic_dr included")
+    parser.add_argument("names", nargs="*",
+                        help=f"models to build (default: all but {', '.join(REAL_SIZE)}): {', '.join(BUILDERS)}")
+    parser.add_argument("--all", action="store_true", help="build every model, the real-size ones included")
     parser.add_argument("--out-dir", type=Path, default=HERE)
     parser.add_argument("--if-missing", action="store_true", help="skip models whose file already exists")
     args = parser.parse_args(argv)

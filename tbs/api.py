@@ -240,7 +240,8 @@ def recommend(profile: Profile | PathLike, objective: str = "cost", *, batch_siz
     rec.predicted_note = note
     if include_predicted and note:
         rec.prediction_dependence = band_dependence(
-            unplaced, rec.chosen.placement, lambda p: solve(p, objective, batch, billing, latency, budget).chosen.placement)
+            unplaced, rec.chosen.placement,
+        lambda p: solve(p, objective, batch, billing, latency, budget, with_frontier=False).chosen.placement)
     if verify:
         if include_predicted and note:
             raise TbsError("verify: predicted devices cannot be run here; verify without include_predicted")

@@ -94,3 +94,15 @@ def test_identical_layers_are_measured_once_and_every_one_keeps_its_row(tmp_path
         assert set(samples[samples["target"] == "layer"]["layer"]) == set(summary.index) - set(shared)
         model_row = pd.read_csv(out / "model.csv").iloc[0]
         assert model_row["layers_sum_s"] == pytest.approx(summary["median_s"].sum())  # shared rows are summed
+
+
+def test_bert_encoder_is_built_from_keras_layers_and_captured_whole():
+    """models/build.py's bert_base, at a small size: every leaf call seen, tokens in range, one row per block part."""
+    model = examples.bert_encoder(blocks=2, width=32, heads=4, sequence=16, ffn=64, vocabulary=100)
+    inputs = structure_inputs(model, synthetic_batch(input_specs(model), 2))
+    calls = capture(model, inputs, training=False).calls
+    assert {id(c.op) for c in calls} == {id(l) for l in _leaf_layers(model)}
+    names = [c.op.name for c in calls]
+    assert names[:2] == ["token_embedding", "embedding_norm"] and names[-2:] == ["pool", "classifier"]
+    assert sum(isinstance(c.op, keras.layers.MultiHeadAttention) for c in calls) == 2
+    assert model.output_shape == (None, 2)

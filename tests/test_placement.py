@@ -127,3 +127,59 @@ def test_inception_sized_graph_three_devices_solves_quickly():
     best = solve(problem)
     assert time.perf_counter() - start < 3.0  # typically ~0.4 s on 2 cores
     assert math.isfinite(best.cost) and best.method.startswith("integer program")
+
+
+def _unlinked(problem, pairs):
+    """The problem with no timed copy for each (from, to) device pair in ``pairs`` (an infinite cost)."""
+    inner = problem.transfer_cost
+    return Problem(problem.layers, problem.devices, problem.host, problem.node_cost, problem.tensors,
+                   lambda s, d, n: math.inf if (s, d) in pairs else inner(s, d, n))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_copies_never_timed_and_nan_costs_are_forbidden_in_every_solver(seed):
+    """Issue 30 item 5: an unlinked device pair (two predicted GPUs) or a NaN time reached HiGHS as an
+    infinite coefficient (milp: 'c must be ... finite'), and zeroed every min-cut capacity."""
+    three = ["cpu", "a100", "t4"]
+    unlinked = {("a100", "t4"), ("t4", "a100")}
+    dag = _unlinked(random_problem(seed, 6, three, infeasible=0.3), unlinked)
+    dag.node_cost[("l1", "t4")] = math.nan  # e.g. an unknown time x a price of 0
+    chain = _unlinked(random_problem(seed, 6, three, chain=True, infeasible=0.3), unlinked)
+    chain.node_cost[("l2", "a100")] = math.nan
+    two = _unlinked(random_problem(seed, 7, ["cpu", "t4"]), {("t4", "cpu")} if seed % 2 else {("cpu", "t4")})
+    for problem, solver in ((Problem(**vars(dag)), solve_milp), (Problem(**vars(chain)), solve_chain),
+                            (Problem(**vars(two)), solve_two_devices)):
+        got, best = solver(problem), brute_force(problem)
+        if math.isfinite(best.cost):
+            assert got.cost == pytest.approx(best.cost, rel=1e-6)
+            assert problem.cost_of(got.placement) == pytest.approx(got.cost)
+        else:
+            assert not got.placement and not math.isfinite(got.cost)
+
+
+def test_a_placement_no_timed_copy_allows_is_one_line_naming_the_layer():
+    """b runs only on t4, a (which feeds it) only on a100, and a100 -> t4 was never timed: every solver finds
+    nothing, and blocked_layer names the layer and why."""
+    from tbs.place.solvers import blocked_layer
+
+    devices = ["cpu", "a100", "t4"]
+    node = {("a", "cpu"): INFEASIBLE, ("a", "a100"): 1.0, ("a", "t4"): INFEASIBLE,
+            ("b", "cpu"): INFEASIBLE, ("b", "a100"): INFEASIBLE, ("b", "t4"): 1.0,
+            ("c", "cpu"): 1.0, ("c", "a100"): 1.0, ("c", "t4"): 1.0}
+    tensors = [Tensor("/input/x", ("a",), 10), Tensor("a", ("b", "c"), 10), Tensor("b", ("c",), 10),
+               Tensor("c", ("/output",), 10)]
+    linked = {("cpu", "a100"), ("a100", "cpu"), ("cpu", "t4"), ("t4", "cpu")}
+    problem = Problem(["a", "b", "c"], devices, "cpu", node, tensors,
+                      lambda s, d, n: 0.0 if s == d else 1.0 if (s, d) in linked else math.inf)
+    assert not solve_milp(problem).placement and not solve(problem).placement
+    layer, why = blocked_layer(problem)
+    assert layer in ("a", "b") and "no copy between those devices was timed" in why
+    assert ("only on a100" in why and "'b'" in why) if layer == "a" else ("only on t4" in why and "'a'" in why)
+    node[("b", "a100")] = 2.0  # now b can follow a
+    problem = Problem(["a", "b", "c"], devices, "cpu", node, tensors, problem.transfer_cost)
+    assert blocked_layer(problem) is None and solve(problem).placement["b"] == "a100"
+    pair = Problem(["a", "b"], ["cpu", "t4"], "cpu", {("a", "cpu"): INFEASIBLE, ("a", "t4"): 1.0,
+                                                     ("b", "cpu"): 1.0, ("b", "t4"): INFEASIBLE},
+                   [Tensor("/input/x", ("a", "b"), 1), Tensor("a", ("b",), 1), Tensor("b", ("/output",), 1)],
+                   lambda s, d, n: 0.0 if s == d else math.inf if (s, d) == ("t4", "cpu") else 1.0)
+    assert not solve_two_devices(pair).placement and blocked_layer(pair)[0] in ("a", "b")

@@ -8,6 +8,9 @@ turns a blank or a sentinel into a number; the largest-batch search records fail
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -333,3 +336,83 @@ def test_a_devices_matmul_and_stream_are_sampled_together_and_share_one_minimum_
     assert found["matmul_flops_per_s"]["float32"] == pytest.approx(1e11)
     assert found["memory_bytes_per_s"] == pytest.approx(1e11)
     assert now[0] < 2.6, now[0]  # one span of about 2 s for both, not 2 s each
+
+
+def branching(p: tbs.Profile) -> tbs.Profile:
+    """The toy profile with a branching graph (conv feeds pool and flatten): no chain, so three devices go to HiGHS."""
+    edges = {str(b): [dict(src=s, dst=d, shape=[b, 4], dtype="float32", bytes=16 * b)
+                      for s, d in (("/input/x", "conv"), ("conv", "pool"), ("conv", "flatten"), ("pool", "flatten"),
+                                   ("flatten", "/output"))] for b in (8, 32)}
+    return replace(p, metadata=dict(p.metadata, graph=edges, host_device="cpu:0"))
+
+
+def test_two_predicted_devices_on_a_branching_model_get_a_placement_not_a_solver_traceback():
+    """Issue 30 item 5: a100-40gb and t4 predicted on a DAG. No copy between the two predicted GPUs was
+    ever timed and pool has no prediction on t4; both reached HiGHS as infinite costs (a scipy traceback)."""
+    p = tbs.predict(branching(cpu_only()), "a100-40gb,t4")
+    rows = p.predictions.copy()
+    rows.loc[(rows["layer"] == "pool") & (rows["device"] == "t4"), ["median_s", "low_s", "high_s", "reason"]] = \
+        [None, None, None, "not predicted: no kernel for it (test)"]
+    p = replace(p, predictions=rows)
+    for objective in ("time", "cost"):
+        rec = tbs.recommend(p, objective, batch_size=32, include_predicted=True)
+        placed = dict(zip(rec.placement["layer"], rec.placement["device"]))
+        assert rec.method.startswith("integer program") and placed["pool"] != "t4"  # no prediction: not there
+        assert placed["conv"] in ("a100-40gb", "t4") and math.isfinite(rec.chosen.seconds_per_batch)
+        used = set(placed.values()) - {"cpu:0"}
+        assert len(used) == 1  # a100-40gb <-> t4 was never timed: no tensor crosses between them
+        assert rec.inputs.why_not[("pool", "t4")] == "not predicted: no kernel for it (test)"
+
+
+def test_a_layer_no_timed_copy_can_reach_is_one_line_naming_it(tmp_path: Path):
+    p = tbs.predict(branching(cpu_only()), "a100-40gb,t4")
+    s, rows = p.summary.copy(), p.predictions.copy()
+    for layer, lacks in (("conv", "t4"), ("pool", "a100-40gb")):  # conv only on a100-40gb, pool only on t4
+        s.loc[(s["layer"] == layer) & (s["batch_size"] == 32), ["status", "median_s"]] = ["oom", None]
+        rows.loc[(rows["layer"] == layer) & (rows["device"] == lacks), ["median_s", "low_s", "high_s"]] = None
+    directory = replace(p, summary=s, predictions=rows).save(tmp_path / "toy")
+    done = CliRunner().invoke(cli, ["recommend", str(directory), "--include-predicted", "--batch", "32",
+                                    "--objective", "time"])
+    assert done.exit_code == 2 and "Traceback" not in done.output, done.output
+    line = done.output.strip().splitlines()[-1]
+    assert re.search(r"layer '(conv|pool)' cannot be placed at batch 32: it can go only on (a100-40gb|t4) and "
+                     r"'(pool|conv)', which it (feeds|reads), only on (t4|a100-40gb), and no copy between those "
+                     r"devices was timed", line), line
+
+
+def test_a_price_for_a_predicted_device_by_its_catalog_id(tmp_path: Path):
+    directory = tbs.predict(cpu_only(), "t4").save(tmp_path / "toy")
+    runner = CliRunner()
+    done = runner.invoke(cli, ["recommend", str(directory), "--include-predicted", "--cost", "t4=0.53",
+                               "--format", "json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["inputs"]["usd_per_hour"]["t4"] == 0.53
+    rec = tbs.recommend(directory, "cost", prices={"t4": 0.53}, include_predicted=True)  # a mapping, as in Python
+    assert rec.inputs.usd_per_hour["t4"] == 0.53
+    prices = tmp_path / "prices.csv"
+    prices.write_text("device,price,source,date\nt4,0.53,https://example.com,2026-11-26\n")
+    assert tbs.load(directory, price_file=prices).predictions["usd_per_hour"].eq(0.53).all()
+    for bad in (["--cost", "t5=0.53"], ["--cost", "zz9=1"]):  # neither measured nor in the catalog
+        refused = runner.invoke(cli, ["recommend", str(directory), "--include-predicted", *bad])
+        assert refused.exit_code == 2 and "unknown device" in refused.output and "Traceback" not in refused.output
+    with pytest.raises(TbsError, match="unknown device 't5'"):
+        tbs.recommend(directory, "cost", prices={"t5": 0.53})
+
+
+def test_without_batch_recommend_takes_the_largest_batch_with_every_layer_timed():
+    """The largest profiled batch ran out of memory on the CPU: recommend places the largest batch that has
+    a time for every layer, and says so (it used to take 32 and fail on its first layer)."""
+    p = cpu_only()
+    s = p.summary.copy()
+    s["reason"] = s["reason"].astype(object)
+    s.loc[s["batch_size"] == 32, ["status", "median_s", "reason"]] = ["oom", None, "out of memory"]
+    p = replace(p, summary=s)
+    rec = tbs.recommend(p, "time")
+    assert rec.batch_size == 8
+    assert rec.inputs.batch_note == ("batch 8: the largest batch with a time for every layer (batch 32 has no "
+                                     "time for 3 of 3 layers: oom); pick another with --batch")
+    assert f"Note: {rec.inputs.batch_note}" in tbs.render(None, "text", recommendation=rec)
+    assert json.loads(tbs.render(None, "json", recommendation=rec))["batch_note"] == rec.inputs.batch_note
+    assert tbs.recommend(cpu_only(), "time").inputs.batch_note == ""  # the largest batch has data: nothing to say
+    with pytest.raises(TbsError, match="layer 'conv' cannot be placed at batch 32"):
+        tbs.recommend(p, "time", batch_size=32)  # asked for: placed as asked, and why it cannot be

@@ -161,7 +161,7 @@ def report(directories: tuple[Path, ...], prices: dict[str, float] | None, spot:
 @click.option("--spot", type=SPOT_DISCOUNTS, default=None, help="Spot/preemptible discount, e.g. tpu=0.7.")
 @click.option("--objective", type=click.Choice(["cost", "time"]), default="cost", show_default=True)
 @click.option("--batch", "batch_size", type=click.IntRange(min=1), default=None,
-              help="Batch size to place for (default: the largest profiled).")
+              help="Batch size to place for (default: the largest profiled with a time for every layer).")
 @click.option("--max-latency", "max_latency_ms", type=click.FloatRange(min=0, min_open=True), default=None,
               help="With --objective cost: at most this many ms per batch.")
 @click.option("--budget", type=click.FloatRange(min=0, min_open=True), default=None,

@@ -110,8 +110,9 @@ def _fraction(value: object, key: str, where: str) -> float:
 
 def _mapping_key(key: object, where: str) -> str:
     name = str(key).strip().lower()
-    if not isinstance(key, str) or not _KEY.match(name):
-        raise TbsError(f"{where}: unknown device {key!r}; use cpu, gpu, tpu or one device such as gpu:0")
+    if not isinstance(key, str) or not known_key(name):
+        raise TbsError(f"{where}: unknown device {key!r}; use cpu, gpu, tpu, one device such as gpu:0, "
+                       f"or a catalog device such as t4 (tbs devices --catalog)")
     return name
 
 
@@ -196,8 +197,9 @@ def load_price_file(path: str) -> tuple[dict[str, float], dict[str, dict[str, st
         place = f"--prices {path} {where}"
         key = str(entry.get("device", "")).strip().lower()
         value = entry.get("price", entry.get("usd_per_hour"))
-        if not _KEY.match(key) or value is None:
-            raise TbsError(f"{place}: each entry needs a device (cpu, gpu, tpu, gpu:0) and a price; got {entry}")
+        if not known_key(key) or value is None:
+            raise TbsError(f"{place}: each entry needs a device (cpu, gpu, tpu, gpu:0, or a catalog device such as "
+                           f"t4) and a price; got {entry}")
         prices[key] = parse_price_value(str(value), key, where=place)
         sources[key] = {"price": str(value), "source": str(entry.get("source", "") or ""),
                         "date": str(entry.get("date", "") or "")}

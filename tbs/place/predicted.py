@@ -55,7 +55,10 @@ def with_predictions(profile: Profile, time_column: str = "median_s") -> tuple[P
     layers = p[(p["target"] == "layer") & p["device"].isin(names)].copy()
     layers["median_s"] = pd.to_numeric(layers[time_column], errors="coerce")
     layers["status"] = Status.OK.value
-    layers["reason"] = "predicted: " + layers["method"].astype(str)
+    # A cell with no prediction keeps its reason ("not predicted: ..."): recommend leaves it off that device.
+    untimed = layers["median_s"].isna()
+    layers["reason"] = ("predicted: " + layers["method"].astype(str)).where(
+        ~untimed, layers["reason"].where(layers["reason"].notna(), "not predicted"))
     summary = pd.concat([profile.summary, layers[[c for c in layers.columns if c in profile.summary.columns]]],
                         ignore_index=True)
     metadata = dict(profile.metadata)

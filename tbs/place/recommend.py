@@ -29,10 +29,11 @@ from tbs.cost.reprice import lookup, usd_per_batch
 from tbs.schema import LOSS_LAYER, MEASURED, is_input_endpoint
 from tbs.units import is_number
 from tbs.errors import TbsError
-from tbs.place.solvers import INFEASIBLE, Problem, Solution, Tensor, solve, solve_milp
+from tbs.place.solvers import INFEASIBLE, Problem, Solution, Tensor, blocked_layer, solve, solve_milp
 from tbs.profiles.profile import Profile
 from tbs.measure.transfers import TransferFit, pair_key
 from tbs.place.graph import bypass, graph_tensors
+from tbs.place.batch import choose_batch, usable
 from tbs.place.memory import MemoryLimits, limits_for
 
 
@@ -52,6 +53,8 @@ class Inputs:
     memory: MemoryLimits | None = None  # device memory as a hard limit (None: no sizes known)
     # Why a (layer, device) cannot be placed, where it cannot: what the user is told when nothing fits.
     why_not: dict[tuple[str, str], str] = field(default_factory=dict)
+    # Set when no --batch was given and larger profiled batches were passed over (choose_batch): printed.
+    batch_note: str = ""
 
     def transfer_seconds(self, src: str, dst: str, nbytes: int) -> float:
         if src == dst:
@@ -71,36 +74,42 @@ class Inputs:
         }
 
 
+def _times(rows: pd.DataFrame, layers: list[str], devices: list[str], predicted: set[str]
+           ) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], str]]:
+    """Each (layer, device)'s time at the batch, and why the ones without a usable time have none."""
+    seconds = {(l, d): INFEASIBLE for l in layers for d in devices}
+    why_not = {(l, d): "not predicted" if d in predicted else "not measured" for l in layers for d in devices}
+    for r, timed in zip(rows.itertuples(index=False), usable(rows)):
+        if timed:
+            seconds[(r.layer, r.device)] = float(r.median_s)
+            why_not.pop((r.layer, r.device), None)
+        else:
+            reason = r.reason if isinstance(r.reason, str) and r.reason else "no time"
+            why_not[(r.layer, r.device)] = reason if r.status in MEASURED else f"{r.status}: {reason}"
+    return seconds, why_not
+
+
 def gather(profile: Profile, batch_size: int | None) -> Inputs:
     summary = profile.summary
     if summary.empty:
         raise TbsError(f"'{profile.directory}' has no measured layers")
-    batches = sorted({int(b) for b in summary["batch_size"]})
-    batch = batch_size if batch_size is not None else batches[-1]
-    if batch not in batches:
-        raise TbsError(f"batch size {batch} (--batch) is not in this profile: it has {', '.join(map(str, batches))}")
-    rows = summary[summary["batch_size"] == batch]
     records = profile.layers
     layers = [l.name for l in records if l.in_step is not False]  # what the compiled step never runs: no node
     skipped = [l.name for l in records if l.in_step is False]
-    if profile.mode == "training" and LOSS_LAYER not in layers and (rows["layer"] == LOSS_LAYER).any():
+    if profile.mode == "training" and LOSS_LAYER not in layers and (summary["layer"] == LOSS_LAYER).any():
         layers.append(LOSS_LAYER)  # the loss is placed like a layer
+    batches = sorted({int(b) for b in summary["batch_size"]})
+    batch, batch_note = (batch_size, "") if batch_size is not None else choose_batch(summary, layers)
+    if batch not in batches:
+        raise TbsError(f"batch size {batch} (--batch) is not in this profile: it has {', '.join(map(str, batches))}")
+    rows = summary[summary["batch_size"] == batch]
     devices = sorted(rows["device"].unique())
-    seconds = {(l, d): INFEASIBLE for l in layers for d in devices}
-    why_not = {(l, d): "not measured" for l in layers for d in devices}
-    for _, r in rows.iterrows():
-        usable = r["status"] in MEASURED and is_number(r["median_s"])
-        seconds[(r["layer"], r["device"])] = float(r["median_s"]) if usable else INFEASIBLE
-        if usable:
-            why_not.pop((r["layer"], r["device"]), None)
-        else:
-            reason = r["reason"] if isinstance(r["reason"], str) and r["reason"] else "no time"
-            why_not[(r["layer"], r["device"])] = f"{r['status']}: {reason}"
+    predicted = set(profile.meta.predicted_devices)
+    seconds, why_not = _times(rows, layers, devices, predicted)
     kinds = dict(zip(rows["device"], rows["device_kind"]))
     prices = profile.meta.prices_usd_per_hour
     usd = {d: (float(p) if is_number(p) else None) for d, p in
            rows.groupby("device")["usd_per_hour"].first().items()} if "usd_per_hour" in rows else {}
-    predicted = set(profile.meta.predicted_devices)
     for d in devices:
         if usd.get(d) is None:  # a predicted device takes no price from the kind of a measured one
             usd[d] = lookup(prices, d, None if d in predicted else kinds.get(d, ""))
@@ -114,7 +123,7 @@ def gather(profile: Profile, batch_size: int | None) -> Inputs:
             if not memory.fits_alone(l, d):  # its weights and activations alone exceed the device
                 seconds[(l, d)] = INFEASIBLE
                 why_not[(l, d)] = "its weights and activations do not fit in the device's memory"
-    return Inputs(batch, layers, devices, host, seconds, usd, tensors, fits, profile.mode, memory, why_not)
+    return Inputs(batch, layers, devices, host, seconds, usd, tensors, fits, profile.mode, memory, why_not, batch_note)
 
 
 def check_placeable(inp: Inputs, objective: str) -> None:
@@ -137,14 +146,16 @@ def time_problem(inp: Inputs, allowed: list[str] | None = None) -> Problem:
 
 
 def metered_cost_problem(inp: Inputs) -> Problem:
-    def usd(d: str) -> float:
-        price = inp.usd_per_hour.get(d)
-        return INFEASIBLE if price is None else usd_per_batch(1.0, price)
+    """USD per batch; a layer on an unpriced device, or with no time, is infeasible (never inf x 0 = NaN)."""
+    def usd(d: str) -> float | None:
+        return usd_per_batch(1.0, inp.usd_per_hour.get(d))
 
-    cost = {(l, d): inp.seconds[(l, d)] * usd(d) if math.isfinite(usd(d)) else INFEASIBLE
-            for l in inp.layers for d in inp.devices}
+    def times_price(seconds: float, price: float | None) -> float:
+        return seconds * price if math.isfinite(seconds) and price is not None else INFEASIBLE
+
+    cost = {(l, d): times_price(inp.seconds[(l, d)], usd(d)) for l in inp.layers for d in inp.devices}
     return Problem(inp.layers, inp.devices, inp.host, cost, inp.tensors,
-                   lambda s, d, n: 0.0 if s == d else inp.transfer_seconds(s, d, n) * (usd(d) if math.isfinite(usd(d)) else 0.0))
+                   lambda s, d, n: 0.0 if s == d else times_price(inp.transfer_seconds(s, d, n), usd(d) or 0.0))
 
 
 TRAINING_NOTE = ("training: forward, backward and update of each layer on one device; "
@@ -301,7 +312,10 @@ def _dedicated(inp: Inputs) -> Solution:
 
 
 def recommend(profile: Profile, objective: str = "cost", batch_size: int | None = None, billing: str = "metered",
-              max_latency_ms: float | None = None, budget_usd_per_1m: float | None = None) -> Recommendation:
+              max_latency_ms: float | None = None, budget_usd_per_1m: float | None = None,
+              with_frontier: bool = True) -> Recommendation:
+    """The placement; ``with_frontier=False`` skips the 13 extra solves of the cost-latency frontier
+    (the prediction bands' re-solves need only the placement)."""
     inp = gather(profile, batch_size)
     priced = [d for d in inp.devices if inp.usd_per_hour.get(d) is not None]
     if objective == "cost" and not priced:
@@ -324,7 +338,7 @@ def recommend(profile: Profile, objective: str = "cost", batch_size: int | None 
         if memory_bound:
             solution = solve_milp(problem, constraint, inp.memory.constraints(inp.layers, inp.devices))
         if not solution.placement or not math.isfinite(solution.cost):
-            raise TbsError(_no_placement(inp, constraint is not None, memory_bound))
+            raise TbsError(_no_placement(inp, problem, constraint is not None, memory_bound))
     chosen = evaluate(inp, "recommended", solution.placement, billing)
     singles = []
     for d in inp.devices:
@@ -339,12 +353,18 @@ def recommend(profile: Profile, objective: str = "cost", batch_size: int | None 
     argmin = evaluate(inp, "per-layer argmin", argmin_placement, billing)
     argmin = argmin if math.isfinite(argmin.seconds_per_batch) else None
     rec = Recommendation(objective, billing, inp, chosen, solution.method, singles, argmin)
-    rec.frontier = frontier(inp, billing) if priced else []
+    rec.frontier = frontier(inp, billing) if priced and with_frontier else []
     return rec
 
 
-def _no_placement(inp: Inputs, constrained: bool, memory_bound: bool) -> str:
-    """Why the solver found nothing, though every layer runs somewhere: the cap, memory, or a copy never timed."""
+def _no_placement(inp: Inputs, problem: Problem, constrained: bool, memory_bound: bool) -> str:
+    """Why the solver found nothing, though every layer runs somewhere: a layer no timed copy can reach,
+    the cap, memory, or copies never timed."""
+    blocked = blocked_layer(problem)
+    if blocked is not None:
+        layer, why = blocked
+        return (f"layer '{layer}' cannot be placed at batch {inp.batch_size}: {why}; profile those devices "
+                f"together (tbs profile --devices ...) or recommend without the device it cannot reach")
     if constrained:
         return "no placement meets the constraint; relax --max-latency or --budget (max_latency_ms, budget_usd_per_1m)"
     if memory_bound:
@@ -361,8 +381,7 @@ def _linear_weights(problem: Problem, bound: float) -> tuple[dict, dict, float]:
         for s in problem.devices:
             for d in problem.devices:
                 if s != d:
-                    value = problem.copy_cost(t, s, d)
-                    edges[(ti, s, d)] = value if math.isfinite(value) else 1e30
+                    edges[(ti, s, d)] = problem.copy_cost(t, s, d)  # inf: solve_milp forbids that copy
     return node, edges, bound
 
 

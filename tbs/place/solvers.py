@@ -1,8 +1,11 @@
 """Exact device placement: which device each layer should run on, transfers included.
 
 The problem: layers (a DAG in execution order), a cost per (layer, device) —
-infinite where the device cannot run the layer — and tensors flowing along
-edges. A tensor produced on device a and consumed on device b costs one transfer
+``INFEASIBLE`` where the device cannot run the layer — and tensors flowing along
+edges. A cost that is not a finite number (never measured or predicted, out of memory,
+a copy between two devices never timed) is a forbidden assignment: the solvers leave
+that variable out or bound it to 0, so no infinite or NaN coefficient ever reaches one.
+A tensor produced on device a and consumed on device b costs one transfer
 a→b, charged once per destination device however many consumers it has there.
 Model inputs start on, and outputs return to, the host. In training a gradient
 flows back along an edge: it is a tensor of its own (``grad``) whose copy goes the
@@ -55,13 +58,23 @@ class Problem:
     tensors: list[Tensor]
     transfer_cost: Callable[[str, str, int], float]  # (from, to, bytes) -> cost; 0 when from == to
 
+    def __post_init__(self) -> None:
+        # NaN (e.g. an unknown time x a price of 0) compares false with everything: forbidden, like inf
+        self.node_cost = {k: (v if math.isfinite(v) else INFEASIBLE) for k, v in self.node_cost.items()}
+
+    def runs_on(self, layer: str) -> list[str]:
+        """The devices that can run ``layer`` (a finite cost there)."""
+        return [d for d in self.devices if math.isfinite(self.node_cost[(layer, d)])]
+
     def copy_cost(self, t: Tensor, src_device: str, consumer_device: str) -> float:
         """Moving ``t`` between its producer's device and a consumer's: forward, or a gradient back."""
         if src_device == consumer_device:
             return 0.0
         if t.grad:
-            return self.transfer_cost(consumer_device, src_device, t.bytes)
-        return self.transfer_cost(src_device, consumer_device, t.bytes)
+            value = self.transfer_cost(consumer_device, src_device, t.bytes)
+        else:
+            value = self.transfer_cost(src_device, consumer_device, t.bytes)
+        return value if math.isfinite(value) else INFEASIBLE  # a copy never timed: that pair is forbidden
 
     def cost_of(self, placement: dict[str, str]) -> float:
         """Total cost of a placement: layers plus transfers (once per tensor and destination)."""
@@ -92,6 +105,46 @@ def is_chain(problem: Problem) -> bool:
     return True
 
 
+def blocked_layer(problem: Problem) -> tuple[str, str] | None:
+    """A layer no placement can give a device, and why, or None when none is found.
+
+    Arc consistency over the tensors: a device stays a candidate for a layer while each
+    tensor it reads or writes can stay on, or be copied (timed) to or from, a candidate device
+    of the layer at the other end. A layer left without candidates is why nothing fits.
+    """
+    def name(end: str) -> str:
+        return ("the model input" if is_input_endpoint(end) else "the model output" if end == GRAPH_OUTPUT
+                else f"'{end}'")
+
+    domains = {l: set(problem.runs_on(l)) for l in problem.layers}
+    for layer, devices in domains.items():
+        if not devices:
+            return layer, "no device can run it"
+
+    def allowed(t: Tensor, src_device: str, dst_device: str) -> bool:
+        return src_device == dst_device or math.isfinite(problem.copy_cost(t, src_device, dst_device))
+
+    ends = [(t, c) for t in problem.tensors for c in t.consumers]
+    changed = True
+    while changed:
+        changed = False
+        for t, c in ends:
+            for layer, other, reads in ((t.src, c, False), (c, t.src, True)):
+                if layer not in domains:  # the model's input or output: fixed on the host
+                    continue
+                there = domains.get(other, {problem.host})
+                keep = {x for x in domains[layer]
+                        if any(allowed(t, y, x) if reads else allowed(t, x, y) for y in there)}
+                if keep == domains[layer]:
+                    continue
+                if not keep:
+                    return layer, (f"it can go only on {', '.join(sorted(domains[layer]))} and {name(other)}, which it "
+                                   f"{'reads' if reads else 'feeds'}, only on {', '.join(sorted(there))}, and no copy "
+                                   f"between those devices was timed")
+                domains[layer], changed = keep, True
+    return None
+
+
 def brute_force(problem: Problem) -> Solution:
     """Every assignment; only for small problems (tests)."""
     best: tuple[float, dict[str, str]] = (math.inf, {})
@@ -104,7 +157,11 @@ def brute_force(problem: Problem) -> Solution:
 
 
 def solve_chain(problem: Problem) -> Solution:
-    """Viterbi over layers x devices for a chain (a layer's activation and, in training, its gradient)."""
+    """Viterbi over layers x devices for a chain (a layer's activation and, in training, its gradient).
+
+    Only the (layer, device) states a device can run and reach by copies that were timed are
+    kept: a forbidden state or step is left out, never carried as an infinite cost.
+    """
     incoming: dict[str, list[Tensor]] = {}
     for t in problem.tensors:
         for c in t.consumers:
@@ -113,30 +170,32 @@ def solve_chain(problem: Problem) -> Solution:
     def copies(layer: str, src_device: str, device: str) -> float:
         return sum(problem.copy_cost(t, src_device, device) for t in incoming.get(layer, []))
 
-    devices = problem.devices
-    best = {}
-    back: list[dict[str, str | None]] = []
-    for i, layer in enumerate(problem.layers):
+    best: dict[str, float] = {problem.host: 0.0}  # before the first layer, the input sits on the host
+    back: list[dict[str, str]] = []
+    for layer in problem.layers:
         row, pointer = {}, {}
-        for d in devices:
-            node = problem.node_cost[(layer, d)]
-            if i == 0:
-                row[d] = node + copies(layer, problem.host, d)
-                pointer[d] = None
-                continue
-            options = {p: best[p] + copies(layer, p, d) for p in devices}
-            p = min(options, key=options.get)
-            row[d], pointer[d] = node + options[p], p
+        for d in problem.runs_on(layer):
+            options = {p: best[p] + copies(layer, p, d) for p in best}
+            options = {p: v for p, v in options.items() if math.isfinite(v)}
+            if options:
+                p = min(options, key=options.get)
+                row[d], pointer[d] = problem.node_cost[(layer, d)] + options[p], p
+        if not row:
+            return Solution({}, INFEASIBLE, "dynamic programming (chain, infeasible)")
         best = row
         back.append(pointer)
-    final = {d: best[d] + copies(GRAPH_OUTPUT, d, problem.host) for d in devices}
-    last = min(final, key=final.get)
-    placement, d = {}, last
+    final = {d: best[d] + copies(GRAPH_OUTPUT, d, problem.host) for d in best}
+    final = {d: v for d, v in final.items() if math.isfinite(v)}
+    if not final:
+        return Solution({}, INFEASIBLE, "dynamic programming (chain, infeasible)")
+    d = min(final, key=final.get)
+    cost = final[d]
+    placement = {}
     for i in range(len(problem.layers) - 1, -1, -1):
         placement[problem.layers[i]] = d
-        d = back[i][d] if back[i][d] is not None else d
+        d = back[i][d]
     placement = {layer: placement[layer] for layer in problem.layers}
-    return Solution(placement, final[last], "dynamic programming (chain)")
+    return Solution(placement, cost, "dynamic programming (chain)")
 
 
 def solve_two_devices(problem: Problem) -> Solution:
@@ -145,11 +204,12 @@ def solve_two_devices(problem: Problem) -> Solution:
     from scipy.sparse.csgraph import maximum_flow
 
     a, b = problem.devices
-    finite = [v for v in problem.node_cost.values() if math.isfinite(v)]
-    transfer_values = [problem.copy_cost(t, x, y) for t in problem.tensors for x, y in ((a, b), (b, a))]
+    values = [*problem.node_cost.values(), *(problem.copy_cost(t, x, y) for t in problem.tensors
+                                             for x, y in ((a, b), (b, a)))]
     # scipy's max flow takes int32 capacities: all finite capacities together stay under 5e8
-    # (so any finite cut is below `big`), a rounding of ~1e-9 of the total.
-    scale = 5e8 / max(sum(finite) + sum(transfer_values), 1e-30)
+    # (so any finite cut is below `big`), a rounding of ~1e-9 of the total. A forbidden
+    # assignment or copy is an edge of capacity `big`, which no finite cut crosses.
+    scale = 5e8 / max(sum(v for v in values if math.isfinite(v)), 1e-30)
     big = 2_000_000_000
 
     def cap(value: float) -> int:
@@ -193,22 +253,33 @@ def solve_two_devices(problem: Problem) -> Solution:
                 seen.add(int(v))
                 stack.append(int(v))
     placement = {layer: (a if index[layer] in seen else b) for layer in problem.layers}
-    return Solution(placement, problem.cost_of(placement), "minimum cut (two devices)")
+    cost = problem.cost_of(placement)
+    if not math.isfinite(cost):  # every cut crosses a forbidden edge
+        return Solution({}, INFEASIBLE, "minimum cut (two devices, infeasible)")
+    return Solution(placement, cost, "minimum cut (two devices)")
 
 
 class _Rows:
-    """Linear constraint rows low <= coefs . v <= high, built one at a time."""
+    """Linear constraint rows low <= coefs . v <= high, built one at a time into a sparse matrix
+    (a dense one is rows x variables: ~3M entries for ResNet50 on three devices, most of a solve's time)."""
 
     def __init__(self, n: int) -> None:
-        self.n, self.rows, self.lo, self.hi = n, [], [], []  # type: ignore[var-annotated]
+        self.n, self.lo, self.hi = n, [], []  # type: ignore[var-annotated]
+        self.row_index: list[int] = []
+        self.columns: list[int] = []
+        self.values: list[float] = []
 
     def add(self, coefs: dict[int, float], low: float, high: float) -> None:
-        vec = np.zeros(self.n)
-        for k, v in coefs.items():
-            vec[k] += v
-        self.rows.append(vec)
+        self.row_index += [len(self.lo)] * len(coefs)
+        self.columns += list(coefs)
+        self.values += list(coefs.values())
         self.lo.append(low)
         self.hi.append(high)
+
+    def matrix(self):  # scipy.sparse.csr_matrix (duplicates summed)
+        from scipy.sparse import csr_matrix
+
+        return csr_matrix((self.values, (self.row_index, self.columns)), shape=(len(self.lo), self.n))
 
 
 def _milp_variables(problem: Problem) -> dict[tuple, int]:
@@ -226,20 +297,24 @@ def _milp_variables(problem: Problem) -> dict[tuple, int]:
 
 
 def _milp_objective(problem: Problem, var: dict[tuple, int]) -> tuple[np.ndarray, np.ndarray]:
-    """Costs per variable, and upper bounds (0 where a layer cannot run on a device)."""
+    """Costs per variable, and upper bounds: 0 (forbidden, cost 0) where a layer cannot run on a
+    device or a copy between two devices was never timed; no coefficient is ever infinite."""
     c, upper = np.zeros(len(var)), np.ones(len(var))
+
+    def set_cost(key: tuple, cost: float) -> None:
+        if math.isfinite(cost):
+            c[var[key]] = cost
+        else:
+            upper[var[key]] = 0.0
+
     for l in problem.layers:
         for d in problem.devices:
-            cost = problem.node_cost[(l, d)]
-            if math.isfinite(cost):
-                c[var[("x", l, d)]] = cost
-            else:
-                upper[var[("x", l, d)]] = 0.0
+            set_cost(("x", l, d), problem.node_cost[(l, d)])
     for ti, t in enumerate(problem.tensors):
         for s in problem.devices:
             for d in problem.devices:
                 if s != d:
-                    c[var[("z", ti, s, d)]] = problem.copy_cost(t, s, d)
+                    set_cost(("z", ti, s, d), problem.copy_cost(t, s, d))
     return c, upper
 
 
@@ -294,11 +369,16 @@ def solve_milp(problem: Problem, extra_constraint: tuple[dict[tuple[str, str], f
         rows.add({var[("x", l, d)]: 1.0 for d in problem.devices}, 1.0, 1.0)
     _transfer_rows(problem, var, rows)
     for node_w, edge_w, bound in ([extra_constraint] if extra_constraint is not None else []) + list(more):
-        coefs = {var[("x", l, d)]: w for (l, d), w in node_w.items() if ("x", l, d) in var}
-        for (ti, s, d), w in edge_w.items():
-            coefs[var[("z", ti, s, d)]] = coefs.get(var[("z", ti, s, d)], 0.0) + w
+        weights = [(var[("x", l, d)], w) for (l, d), w in node_w.items() if ("x", l, d) in var]
+        weights += [(var[("z", ti, s, d)], w) for (ti, s, d), w in edge_w.items()]
+        coefs: dict[int, float] = {}
+        for k, w in weights:
+            if math.isfinite(w):
+                coefs[k] = coefs.get(k, 0.0) + w
+            else:  # a variable the cap cannot count (e.g. a copy never timed) is forbidden, not weighted by inf
+                upper[k] = 0.0
         rows.add(coefs, -math.inf, bound)
-    result = milp(c, constraints=LinearConstraint(np.asarray(rows.rows), rows.lo, rows.hi),
+    result = milp(c, constraints=LinearConstraint(rows.matrix(), rows.lo, rows.hi),
                   integrality=np.ones(len(var)), bounds=Bounds(np.zeros(len(var)), upper))
     if result.x is None:
         return Solution({}, math.inf, "integer program (infeasible)")

@@ -280,6 +280,8 @@ def recommendation_text(rec: Recommendation) -> str:
             f"{format_usd(e.per_sample(batch)['usd_per_1m_samples'])}/1M" for e in rec.frontier)]
     if rec.predicted_note:
         lines += ["", f"Note: {rec.predicted_note}"]
+    if rec.inputs.batch_note:
+        lines += ["", f"Note: {rec.inputs.batch_note}"]
     lines += dependence_lines(rec)
     if rec.verification is not None:
         lines.append(verification_text(rec.verification))

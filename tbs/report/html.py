@@ -256,6 +256,7 @@ def section_placement(data: ReportData) -> str:
             f"transfers between devices included.{mode} Predicted from the profile: check it with "
             f"<code>tbs recommend {_esc(data.profile.directory)} --verify</code>.</p>"
             + (f'<p class="inactive">{_esc(rec.predicted_note)}</p>' if rec.predicted_note else "")
+            + (f'<p class="inactive">{_esc(rec.inputs.batch_note)}</p>' if rec.inputs.batch_note else "")
             + f"{_table(pd.DataFrame(totals))}{_table(rows)}"
             + (f"<p>Layers resting on a prediction (solved again with every predicted time at its 90% band's low "
                f"and high end):</p>{_table(pd.DataFrame(rec.prediction_dependence))}"

@@ -56,6 +56,7 @@ def recommendation_dict(rec: Recommendation) -> dict[str, Any]:
         "frontier": [_evaluation(e, batch) for e in rec.frontier],
         "inputs": rec.inputs.as_dict(),
         **({"predicted": rec.predicted_note} if rec.predicted_note else {}),
+        **({"batch_note": rec.inputs.batch_note} if rec.inputs.batch_note else {}),
         **({"prediction_dependence": rec.prediction_dependence} if rec.prediction_dependence else {}),
     }
     if rec.verification is not None:
