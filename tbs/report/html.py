@@ -123,7 +123,7 @@ def section_relative(data: ReportData) -> str:
         return parts[0] + '<p class="note">One device profiled: nothing to compare. Profile two or more.</p>'
     for batch in data.batches:
         view = replace(data.view, layers=data.heaviest(batch))
-        parts.append(_heaviest_note(data, len(view.layers)))
+        parts += [_heaviest_note(data, len(view.layers))] if len(view.layers) < len(data.layers) else []
         stacks = {"time": layer_stack(data.summary, view, data.devices, batch, "time")}
         if len(data.priced_devices) > 1:
             stacks["cost"] = layer_stack(data.summary, view, data.priced_devices, batch, "cost")
@@ -138,7 +138,7 @@ def section_per_batch(data: ReportData) -> str:
              '(<a href="#where">Where the time goes</a> shows lengths that add up).</p>']
     for batch in data.batches:
         view = replace(data.view, layers=data.heaviest(batch))
-        parts.append(_heaviest_note(data, len(view.layers)))
+        parts += [_heaviest_note(data, len(view.layers))] if len(view.layers) < len(data.layers) else []
         parts.append(_figure(spread_figure(data.summary, view, data.devices, batch, "time")))
         if data.priced_devices:
             parts.append(_figure(spread_figure(data.summary, view, data.priced_devices, batch, "cost")))

@@ -81,19 +81,20 @@ def section_where(data: ReportData) -> str:
     view, model, parts = data.view, data.model, ['<h2 id="where">Where the time and the money go</h2>']
     whole = ("one compiled train step of the whole model" if data.training
              else "the whole model measured as one compiled call")
-    shown = f"the {data.top} heaviest layers" if data.top and len(view.summed) > data.top else "each layer"
+    folds = bool(data.top) and len(view.summed) > data.top
     parts.append('<h3 id="kinds">By layer kind and by block</h3><p class="note">Each bar is Σ layers of one batch '
                  'size on one device, as 100%; hover a segment for its time per sample. Kinds: what the layers do '
                  '(activation, merge and reshape apart from "other"); blocks: the Keras model nesting, or for a flat '
                  'model the name up to its last numbered part (<code>conv2_block1_1_conv</code> is in '
                  '<code>conv2_block1</code>). <code>tbs report DIR --group kind|block</code> prints the same.</p>')
     parts += [figure(group_figure(data, "kind")), figure(group_figure(data, "block"))]
-    parts.append('<h3 id="heaviest">The heaviest layers</h3>')
-    parts.append(f'<p class="note">One bar per device; each segment is {shown}\'s median time (or cost) per '
-                 'sample on that device, in model order, on a linear axis, and the grey segment the other layers '
-                 f'summed: the bar\'s length is the sum of the layers (Σ). ◆ is {whole}; Σ above ◆ is what running '
-                 'the layers one by one adds (dispatch, lost fusion). Only measured cells are summed. Every layer: '
-                 '<a href="#every-layer">the table below</a>.</p>')
+    parts.append('<h3 id="heaviest">The heaviest layers</h3>' if folds else '<h3 id="heaviest">Every layer</h3>')
+    rest = (f" (the {data.top} heaviest layers; the grey segment is the other layers summed)" if folds else "")
+    parts.append(f'<p class="note">One bar per device; each segment is one layer\'s median time (or cost) per '
+                 f'sample on that device{rest}, in model order, on a linear axis: the bar\'s length is the sum of '
+                 f'the layers (Σ). ◆ is {whole}; Σ above ◆ is what running the layers one by one adds (dispatch, '
+                 'lost fusion). Only measured cells are summed. Every layer: <a href="#every-layer">the table</a>.'
+                 '</p>')
     unpriced = [d for d in data.devices if d not in data.priced_devices]
     for batch in data.batches:
         for objective in ("time", "cost") if data.priced_devices else ("time",):
