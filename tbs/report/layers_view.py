@@ -87,7 +87,7 @@ def section_where(data: ReportData) -> str:
                  '(activation, merge and reshape apart from "other"); blocks: the Keras model nesting, or for a flat '
                  'model the name up to its last numbered part (<code>conv2_block1_1_conv</code> is in '
                  '<code>conv2_block1</code>). <code>tbs report DIR --group kind|block</code> prints the same.</p>')
-    parts += [figure(group_figure(data, "kind")), figure(group_figure(data, "block"))]
+    parts += [figure(group_figure(data, "kind")), figure(group_figure(data, "block"))] if data.batches else []
     parts.append('<h3 id="heaviest">The heaviest layers</h3>' if folds else '<h3 id="heaviest">Each layer</h3>')
     rest = (f" (the {data.top} heaviest layers; the grey segment is the other layers summed)" if folds else "")
     parts.append(f'<p class="note">One bar per device; each segment is one layer\'s median time (or cost) per '
