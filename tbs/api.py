@@ -33,6 +33,7 @@ from tbs.profiles.profile import Profile, load_profile
 from tbs.profiles.store import ProfileStore, finalize
 from tbs.progress import reporter
 from tbs.report.base import render as _render
+from tbs.report.groups import DEFAULT_TOP
 from tbs.place.verify import Verification, verify_recommendation
 from tbs.run import Run, RunOptions, custom_object_dict
 
@@ -301,8 +302,13 @@ def placement_for_report(profile: Profile) -> Recommendation | str:
 
 def render(profile: Profile | PathLike | None, fmt: str = "text", *, recommendation: Recommendation | str | None = None,
            dataset_size: int | None = None, compare: Profile | PathLike | None = None,
-           compare_recommendation: Recommendation | str | None = None) -> str:
+           compare_recommendation: Recommendation | str | None = None, top: int | None = DEFAULT_TOP,
+           group: str | None = None) -> str:
     """``fmt``: text, html (self-contained), json or csv. Returns the text; nothing is measured or solved.
+
+    ``top``: text and html show that many heaviest layers and fold the rest into one line
+    ("N more layers, x% of the time"); None shows every layer. ``group``: 'kind' or 'block',
+    the text's totals per layer kind or per block instead of the layers.
 
     ``dataset_size`` adds the cost of a workload of that many samples (one epoch in training);
     by default the size the profile recorded (``tbs.profile(dataset_size=...)``, ``--samples``).
@@ -317,7 +323,7 @@ def render(profile: Profile | PathLike | None, fmt: str = "text", *, recommendat
             raise TbsError(f"{name}: give a tbs.Recommendation (from tbs.recommend), not {type(value).__name__}")
     return _render(None if profile is None else _as_profile(profile), fmt, recommendation, checks.dataset_size(dataset_size),
                    compare=None if compare is None else _as_profile(compare, "compare"),
-                   compare_recommendation=compare_recommendation)
+                   compare_recommendation=compare_recommendation, top=top, group=group)
 
 
 def devices(backend: str | Sequence[str] | None = None) -> pd.DataFrame:

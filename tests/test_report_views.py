@@ -171,11 +171,12 @@ def test_heatmap_hover_gives_the_absolute_value(profile):
 
 def test_new_sections_come_right_after_the_summary_with_nav_links(profile):
     names = [s.render.__name__ for s in html.sections(ReportData(profile))]
-    assert names[:4] == ["section_summary", "section_where", "section_relative", "section_per_batch"]
+    assert names[:5] == ["section_summary", "section_where", "section_layer_table", "section_relative",
+                         "section_per_batch"]
     page = html.render(profile)
-    for anchor in ("where", "relative", "layers"):
+    for anchor in ("where", "every-layer", "relative", "layers"):
         assert f'href="#{anchor}"' in page and f'id="{anchor}"' in page
-    places = [page.index(f'id="{anchor}"') for anchor in ("summary", "where", "relative", "layers")]
+    places = [page.index(f'id="{anchor}"') for anchor in ("summary", "where", "every-layer", "relative", "layers")]
     assert places == sorted(places)
     assert "Spread per layer (log scale)" in page
 

@@ -15,6 +15,9 @@ CATEGORIES = (
     "pooling",
     "normalization",
     "attention",
+    "activation",
+    "merge",
+    "reshape",
     "other",
 )
 
@@ -34,6 +37,9 @@ _BY_MODULE = (
     ("pooling", "pooling"),
     ("normalization", "normalization"),
     ("attention", "attention"),
+    ("activations", "activation"),
+    ("merging", "merge"),
+    ("reshaping", "reshape"),
 )
 
 # Fallback for user layers: substrings of the class name.
@@ -51,11 +57,26 @@ _BY_NAME_PART = (
     ("norm", "normalization"),
     ("dense", "dense"),
     ("linear", "dense"),
+    ("relu", "activation"),
+    ("gelu", "activation"),
+    ("activation", "activation"),
+    ("softmax", "activation"),
 )
+
+# Keras's activation, merge and reshape classes, by name: profiles written before these kinds existed
+# recorded them as "other", and the report reads a layer's kind from its recorded type and category.
+_KERAS_CLASS_KIND = {
+    **dict.fromkeys(("Activation", "ReLU", "LeakyReLU", "PReLU", "ELU", "Softmax"), "activation"),
+    **dict.fromkeys(("Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate", "Dot"),
+                    "merge"),
+    **dict.fromkeys(("Flatten", "Reshape", "Permute", "RepeatVector", "ZeroPadding1D", "ZeroPadding2D",
+                     "ZeroPadding3D", "Cropping1D", "Cropping2D", "Cropping3D", "UpSampling1D", "UpSampling2D",
+                     "UpSampling3D"), "reshape"),
+}
 
 
 def categorize(cls: type) -> str:
-    """Category of a layer class: one of CATEGORIES ('other' for reshape, merge, activation...)."""
+    """Category of a layer class: one of CATEGORIES ('other' for dropout, identity, lambda...)."""
     name = cls.__name__
     if name in _BY_CLASS:
         return _BY_CLASS[name]
@@ -71,3 +92,11 @@ def categorize(cls: type) -> str:
         if part in lowered:
             return category
     return "other"
+
+
+def kind_of(layer_type: str, category: str) -> str:
+    """The kind the report groups a recorded layer under: its category, with a Keras activation, merge or
+    reshape class that an older profile recorded as 'other' moved to its own kind."""
+    if category == "other":
+        return _KERAS_CLASS_KIND.get(layer_type, category)
+    return category if category in CATEGORIES else "other"

@@ -25,6 +25,7 @@ from tbs.measure.config import MeasureConfig, TrainingConfig
 from tbs.measure.timing import TimingConfig
 from tbs.progress import TerminalProgress
 from tbs.report.console import verification_text
+from tbs.report.groups import DEFAULT_TOP, GROUPINGS
 from tbs.units import is_number
 
 PRICES = Parsed("KIND=USD_PER_HOUR[,...]", parse_prices)
@@ -137,16 +138,26 @@ def _interrupted(directory: Path) -> None:
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "csv", "predicted"]), default="text",
               show_default=True, help="Terminal output when no -o is given (predicted: tbs predict's per-layer "
                                       "table of predicted devices).")
+@click.option("--top", type=click.IntRange(min=1), default=None,
+              help=f"Show the N heaviest layers (or groups), the rest folded into one line. [default: {DEFAULT_TOP}]")
+@click.option("--all", "every_layer", is_flag=True, help="Show every layer, in model order (no fold).")
+@click.option("--group", type=click.Choice(GROUPINGS), default=None,
+              help="Text: totals per layer kind (conv, activation, ...) or per block (Keras nesting, or the name "
+                   "prefix: conv2_block1) instead of the layers.")
 def report(directories: tuple[Path, ...], prices: dict[str, float] | None, spot: dict[str, float] | None,
-           price_file: Path | None, samples: int | None, output: Path | None, fmt: str) -> None:
+           price_file: Path | None, samples: int | None, output: Path | None, fmt: str, top: int | None,
+           every_layer: bool, group: str | None) -> None:
     """Report saved profiles (several machines' profiles of one model merge) without measuring."""
+    if every_layer and top is not None:
+        raise TbsError(f"--top {top} and --all contradict each other: give one of them")
+    shown = None if every_layer else top or DEFAULT_TOP
     result, other = api.load_modes(*directories, prices=prices, spot=spot, price_file=price_file)
     if output is None:
-        text = api.render(result, fmt, dataset_size=samples, compare=other)
+        text = api.render(result, fmt, dataset_size=samples, compare=other, top=shown, group=group)
         click.echo(text.rstrip("\n") if fmt == "csv" else text)
         return
     page = api.render(result, "html", recommendation=api.placement_for_report(result), dataset_size=samples, compare=other,
-                      compare_recommendation=None if other is None else api.placement_for_report(other))
+                      compare_recommendation=None if other is None else api.placement_for_report(other), top=shown)
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

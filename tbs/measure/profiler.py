@@ -241,7 +241,7 @@ class Profiler(InParts):
                 key = CellKey.of("layer", skip.row_name, device.name, batch, r.mode)
                 if not self.store.is_done(key):
                     base = dict(self._base_row(device, batch), layer=skip.row_name, layer_type=skip.activation_name,
-                                category="other")
+                                category="activation")
                     pending[key] = cells.activation(skip, f"{skip.row_name} on {device.name} @ batch {batch}", base)
         loss_key = CellKey.of("layer", LOSS_LAYER, device.name, batch, r.mode)
         if isinstance(cells, TrainingCells) and not self.store.is_done(loss_key):

@@ -52,7 +52,7 @@ def record_skipped(store: CellSink, skipped: Iterable[SkippedActivation]) -> Non
             records[at] = records[at].replace(in_step=False)
             changed = True
         elif not skip.whole_layer and skip.row_name not in names:
-            records.insert(at + 1, LayerRecord(name=skip.row_name, type=skip.activation_name, category="other",
+            records.insert(at + 1, LayerRecord(name=skip.row_name, type=skip.activation_name, category="activation",
                                                trainable=False, grad_inputs=[False], in_step=False,
                                                part_of=skip.call.name))
             names.insert(at + 1, skip.row_name)

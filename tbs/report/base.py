@@ -11,6 +11,7 @@ from tbs.place.recommend import Recommendation
 from tbs.profiles.profile import Profile
 from tbs.report import compare as side_by_side
 from tbs.report import console, html, json, predicted_text
+from tbs.report.groups import DEFAULT_TOP, GROUPINGS
 from tbs.units import is_number
 
 FORMATS = ("text", "html", "json", "csv", "predicted")
@@ -18,7 +19,8 @@ FORMATS = ("text", "html", "json", "csv", "predicted")
 
 def render(profile: Profile | None, fmt: str = "text", recommendation: Recommendation | str | None = None,
            dataset_size: int | None = None, compare: Profile | None = None,
-           compare_recommendation: Recommendation | str | None = None) -> str:
+           compare_recommendation: Recommendation | str | None = None, top: int | None = DEFAULT_TOP,
+           group: str | None = None) -> str:
     """``fmt`` is text (console tables), html (the self-contained report), json or csv (the per-layer rows),
     or predicted (each layer's predicted devices beside the measured one it was scaled from, as text).
 
@@ -28,9 +30,15 @@ def render(profile: Profile | None, fmt: str = "text", recommendation: Recommend
     ``compare`` is the same model's profile in the other mode (inference against
     training, either order): both views are rendered, with the layers whose cheapest
     device differs between the modes; ``compare_recommendation`` is its placement.
+    ``top``: text and html show the ``top`` heaviest layers and fold the rest into one line
+    (None: every layer); ``group`` ('kind' or 'block'): text shows totals per group instead.
     """
     if fmt not in FORMATS:
         raise TbsError(f"format '{fmt}' is not one of {', '.join(FORMATS)}")
+    if group is not None and group not in GROUPINGS:
+        raise TbsError(f"group '{group}' is not one of {', '.join(GROUPINGS)}")
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
+        raise TbsError(f"top={top!r}: give a whole number of layers, 1 or more (or None for every layer)")
     rec = recommendation if isinstance(recommendation, Recommendation) else None
     if profile is None:
         if rec is None or fmt not in ("text", "json"):
@@ -47,12 +55,12 @@ def render(profile: Profile | None, fmt: str = "text", recommendation: Recommend
                 "csv": lambda: side_by_side.render_csv(pair), "text": lambda: side_by_side.render_text(pair, dataset_size)
                 }[fmt]()
     if fmt == "html":
-        return html.render(profile, dataset_size, recommendation)
+        return html.render(profile, dataset_size, recommendation, top)
     if fmt == "json":
         return json.render(profile, rec)
     if fmt == "csv":
         return profile.summary.to_csv(index=False)
     if fmt == "predicted":
         return predicted_text.render(profile)
-    text = console.render(profile, dataset_size)
+    text = console.render(profile, dataset_size, top, group)
     return text if rec is None else f"{text}\n\n{console.recommendation_text(rec)}"

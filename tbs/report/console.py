@@ -6,6 +6,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from tbs.report.groups import DEFAULT_TOP, fold, grouped, layer_groups, measured_table, rank
 from tbs.report.winners import winner
 from tbs.profiles.profile import Profile, with_layer_sums
 from tbs.place.recommend import Recommendation, comparison, saving
@@ -69,14 +70,17 @@ def _best(rows: pd.DataFrame, objective: str) -> tuple[set[str], bool]:
     return set(result["devices"]), bool(result["tie"])
 
 
-def batch_table(profile: Profile, batch_size: int) -> str:
-    summary = profile.summary[profile.summary["batch_size"] == batch_size]
-    devices = sorted(summary["device"].unique()) if not summary.empty else []
-    priced = summary["cost_per_sample_usd"].map(is_number).any() if not summary.empty else False
-    order = profile.layer_names
+def _layer_rows(profile: Profile, summary: pd.DataFrame, devices: list[str], priced: bool,
+                top: int | None) -> tuple[list[dict[str, str]], str]:
+    """A row per layer, in model order, or the ``top`` heaviest and a fold line for the rest."""
     inactive, skipped = set(inactive_layers(profile)), set(not_in_step(profile))
+    summed = [layer for layer in profile.layer_names if layer not in skipped]
+    batch = int(summary["batch_size"].iloc[0]) if len(summary) else 0
+    folded = fold(measured_table(summary, summed, devices, batch), top)
+    shown = folded.shown + [layer for layer in profile.layer_names if layer in skipped] if folded.folded \
+        else profile.layer_names
     rows = []
-    for layer in order:
+    for layer in shown:
         cells = summary[summary["layer"] == layer]
         if cells.empty:
             continue
@@ -90,13 +94,63 @@ def batch_table(profile: Profile, batch_size: int) -> str:
             cheap = ("≈$" if cheap_tie else "$") if device in cheapest else ""
             line[device] = "" if cell.empty else _cell_text(cell.iloc[0], fast, cheap, priced)
         rows.append(line)
+    if not folded.folded:
+        return rows, ""
+    rows.append({"layer": f"… {len(folded.folded)} more layers", "category": "",
+                 **{d: _fold_text(folded.folded_totals.get(d), folded.share(d)) for d in devices}})
+    return rows, (f"; the {len(folded.shown)} heaviest of {len(summed)} layers, heaviest first "
+                  "(--all: every layer; --group kind|block: totals)")
+
+
+def _fold_text(seconds: float | None, share: float | None) -> str:
+    """The time the folded rows add up to, and their share of Σ layers."""
+    if not is_number(seconds):
+        return "-"
+    return f"{format_seconds(seconds)} ({share:.1%} of the time)" if is_number(share) else format_seconds(seconds)
+
+
+def _group_rows(profile: Profile, summary: pd.DataFrame, devices: list[str], priced: bool, by: str,
+                top: int | None) -> tuple[list[dict[str, str]], str]:
+    """A row per kind or block: its layers' Σ time per sample (share of Σ layers) and cost, heaviest first."""
+    skipped = set(not_in_step(profile))
+    summed = [layer for layer in profile.layer_names if layer not in skipped]
+    batch = int(summary["batch_size"].iloc[0]) if len(summary) else 0
+    times, counts = grouped(measured_table(summary, summed, devices, batch), layer_groups(profile), by)
+    costs, _ = grouped(measured_table(summary, summed, devices, batch, "cost_per_sample_usd"),
+                       layer_groups(profile), by)
+    folded = fold(times, top)
+    rows = []
+    for name in (rank(times) if top is not None else list(times.index))[:len(folded.shown)]:
+        line = {by: name, "layers": str(int(counts[name]))}
+        for device in devices:
+            share = times.loc[name, device] / folded.totals[device] if folded.totals.get(device) else None
+            text = _fold_text(times.loc[name, device], None)
+            text += f" {share:.1%}" if is_number(share) and is_number(times.loc[name, device]) else ""
+            cost = costs.loc[name, device] if device in costs and name in costs.index else None
+            line[device] = text + (f" {format_usd(cost * PER_MILLION)}" if priced and is_number(cost) else "")
+        rows.append(line)
+    if folded.folded:
+        rows.append({by: f"… {len(folded.folded)} more {by}s", "layers": str(int(counts[folded.folded].sum())),
+                     **{d: _fold_text(folded.folded_totals.get(d), folded.share(d)) for d in devices}})
+    return rows, f"; Σ per {by} of {len(summed)} layers and its share of Σ layers, heaviest first"
+
+
+def batch_table(profile: Profile, batch_size: int, top: int | None = DEFAULT_TOP, group: str | None = None) -> str:
+    """One batch size: the layers (the ``top`` heaviest and a fold, or all) or their totals per kind or block."""
+    summary = profile.summary[profile.summary["batch_size"] == batch_size]
+    devices = sorted(summary["device"].unique()) if not summary.empty else []
+    priced = summary["cost_per_sample_usd"].map(is_number).any() if not summary.empty else False
+    rows, caption = (_group_rows(profile, summary, devices, priced, group, top) if group
+                     else _layer_rows(profile, summary, devices, priced, top))
+    key = group or "layer"
     model = with_layer_sums(profile.summary, profile.model)
     model = model[model["batch_size"] == batch_size] if not model.empty else model
     training = profile.mode == "training"
     whole = "whole train step" if training else "whole model"
+    skipped = set(not_in_step(profile))
     for label, column in (("Σ layers + loss" if training else "Σ layers", "layers_sum_per_sample_s"),
                           (whole, "per_sample_s")):
-        line = {"layer": label, "category": ""}
+        line = {key: label, "layers" if group else "category": ""}
         for device in devices:
             cell = model[model["device"] == device] if not model.empty else model
             value = cell.iloc[0][column] if not cell.empty else None
@@ -104,7 +158,8 @@ def batch_table(profile: Profile, batch_size: int) -> str:
             failed = column == "per_sample_s" and status not in ("",) + MEASURED
             line[device] = format_seconds(value) if is_number(value) else (status.upper() if failed else "-")
             if column == "layers_sum_per_sample_s" and is_number(value):
-                measured, summed = int(cell.iloc[0]["layers_measured"]), len([l for l in order if l not in skipped])
+                measured = int(cell.iloc[0]["layers_measured"])
+                summed = len([l for l in profile.layer_names if l not in skipped])
                 if measured < summed:  # failed layers are not in the sum: say so
                     line[device] += f" ({measured} of {summed} layers)"
         rows.append(line)
@@ -114,7 +169,7 @@ def batch_table(profile: Profile, batch_size: int) -> str:
     legend = ("* fastest  $ cheapest  (~ / ≈$: tied within confidence intervals)  [status] where not ok"
               if len(devices) > 1 else "[status] where not ok")
     table = pd.DataFrame(rows).to_string(index=False) if rows else "(nothing measured)"
-    lines = [header, table, legend]
+    lines = [header + caption, table] + ([] if group else [legend])
     for _, m in (model.iterrows() if not model.empty else []):
         if is_number(m.get("median_s")):
             lines.append(
@@ -178,10 +233,15 @@ def epoch_lines(profile: Profile, dataset_size: int) -> list[str]:
     return lines
 
 
-def render(profile: Profile, dataset_size: int | None = None) -> str:
-    """A table per batch size (training: and its phases); what † means, once, at the end."""
+def render(profile: Profile, dataset_size: int | None = None, top: int | None = DEFAULT_TOP,
+           group: str | None = None) -> str:
+    """A table per batch size (training: and its phases); what † means, once, at the end.
+
+    ``top``: the heaviest layers shown, the rest folded into one line (None: every layer, in model
+    order); ``group``: 'kind' or 'block' totals instead of the layers.
+    """
     batches = sorted(set(profile.summary["batch_size"].dropna().astype(int))) if not profile.summary.empty else []
-    tables = [batch_table(profile, b) for b in batches]
+    tables = [batch_table(profile, b, top, group) for b in batches]
     if profile.mode == "training":
         tables = [f"{t}\n\n{phase_table(profile, b)}" for t, b in zip(tables, batches)]
         if dataset_size:

@@ -124,9 +124,15 @@ def _device_label(device: str, total: float, whole: float | None, missing: list[
     return text
 
 
+FOLD_COLOR = "#c7c7c7"  # the folded rest of the layers: grey, unlike every layer colour
+
+
 def stacked_figure(stack: pd.DataFrame, whole: dict[str, float], missing: dict[str, list[str]], view: View,
-                   batch: int, objective: str) -> go.Figure:
-    """One horizontal bar per device, its layers stacked in model order; ◆ the whole model."""
+                   batch: int, objective: str, folded: str | None = None) -> go.Figure:
+    """One horizontal bar per device, its layers stacked in model order; ◆ the whole model.
+
+    ``folded`` names the stack's last row when it is the rest of the layers summed (drawn grey).
+    """
     scale, totals = _scale(objective), stack.sum(axis=0, min_count=1)
     short = "step" if view.mode == "training" else "model"
     labels = [_device_label(d, totals[d], whole.get(d), missing.get(d, []), len(stack.index), objective, short)
@@ -136,7 +142,8 @@ def stacked_figure(stack: pd.DataFrame, whole: dict[str, float], missing: dict[s
         values = stack.loc[layer]
         share = [v / totals[d] if totals[d] else math.nan for d, v in values.items()]
         fig.add_bar(orientation="h", name=view.label(layer), y=labels, x=[_none(v * scale) for v in values],
-                    marker=dict(color=LAYER_COLORS[i % len(LAYER_COLORS)], line=dict(color="white", width=0.5)),
+                    marker=dict(color=FOLD_COLOR if layer == folded else LAYER_COLORS[i % len(LAYER_COLORS)],
+                                line=dict(color="white", width=0.5)),
                     customdata=[[d, fmt(v, objective), f"{s:.1%}", view.note(layer)]
                                 for (d, v), s in zip(values.items(), share)],
                     hovertemplate=f"<b>{view.label(layer)}</b> on %{{customdata[0]}}, batch {batch}<br>"
@@ -151,12 +158,15 @@ def stacked_figure(stack: pd.DataFrame, whole: dict[str, float], missing: dict[s
                     hovertemplate=f"<b>{view.whole_name}</b> on %{{customdata[0]}}: %{{customdata[1]}} per sample"
                                   "<br>Σ layers: %{customdata[2]}<extra></extra>")
     what = "time per sample" if objective == "time" else "cost per 1M samples"
-    title = f"Batch {batch}: {what}, layers stacked in model order (◆ = {view.whole_name})"
-    if len(stack.index) > MAX_LEGEND_LAYERS:
+    stacked = (f"the {len(stack.index) - 1} heaviest layers stacked in model order, then the rest" if folded
+               else "layers stacked in model order")
+    title = f"Batch {batch}: {what}, {stacked} (◆ = {view.whole_name})"
+    legend = len(stack.index) <= MAX_LEGEND_LAYERS + (1 if folded else 0)  # the fold is one more entry
+    if not legend:
         title += ": hover a segment for its layer"
     fig.update_layout(barmode="stack", title=title + ("<br><sup>" + "; ".join(gaps) + "</sup>" if gaps else ""),
                       height=max(170 + 80 * len(labels), 120 + 19 * (len(stack.index) + 1)),
-                      showlegend=len(stack.index) <= MAX_LEGEND_LAYERS,
+                      showlegend=legend,
                       legend=dict(orientation="v", x=1.01, y=1, traceorder="normal", font=dict(size=11)),
                       yaxis=dict(autorange="reversed", automargin=True),
                       xaxis=dict(title=what + " (linear)", rangemode="tozero",

@@ -7,7 +7,7 @@ Nothing here measures anything.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import pandas as pd
@@ -23,8 +23,9 @@ from tbs.report.records import section_cells, section_environment, section_not_m
 from tbs.report.winners import crossovers, winner, winners
 from tbs.report.console import (INACTIVE_MARK, NOT_IN_STEP_MARK, NOT_IN_STEP_MEANING, comparison_table, inactive_layers,
                                 not_in_step, training_command)
-from tbs.report.figures import (batch_axis, heatmap_figure, layer_stack, missing_cells, scaling_figure, spread_figure,
-                                stacked_figure, whole_model)
+from tbs.report.figures import batch_axis, heatmap_figure, layer_stack, scaling_figure, spread_figure
+from tbs.report.groups import DEFAULT_TOP
+from tbs.report.layers_view import section_layer_table, section_where as where_figures
 from tbs.report.page import ReportData, esc as _esc, figure as _figure, table as _table
 from tbs.schema import MEASURED, USABLE
 from tbs.units import PER_MILLION, format_seconds, format_usd, is_number
@@ -90,28 +91,17 @@ batch sizes {', '.join(map(str, data.batches))}.</p>
 
 
 def section_where(data: ReportData) -> str:
-    """Linear stacked bars per batch: a bar's length is the sum of its layers, ◆ the whole model."""
-    view, model, parts = data.view, data.model, ['<h2 id="where">Where the time and the money go</h2>']
-    whole = ("one compiled train step of the whole model" if data.training
-             else "the whole model measured as one compiled call")
-    parts.append('<p class="note">One bar per device; each segment is one layer\'s median time (or cost) per '
-                 'sample on that device, in model order, on a linear axis: the bar\'s length is the sum of the '
-                 f'layers (Σ). ◆ is {whole}; Σ above ◆ is what running the '
-                 'layers one by one adds (dispatch, lost fusion). Only measured cells are summed.</p>')
-    unpriced = [d for d in data.devices if d not in data.priced_devices]
-    for batch in data.batches:
-        for objective in ("time", "cost") if data.priced_devices else ("time",):
-            devices = data.devices if objective == "time" else data.priced_devices
-            stack = layer_stack(data.summary, view, devices, batch, objective).loc[view.summed]  # what adds up
-            fig = stacked_figure(stack, whole_model(model, batch, objective),
-                                 missing_cells(data.summary, stack, batch), view, batch, objective)
-            parts.append(_figure(fig))
-    if not data.priced_devices:
-        parts.append('<p class="note">No device has a price, so no cost bars: pass --cost to tbs report.</p>')
-    elif unpriced:
-        parts.append(f'<p class="note">Left out of the cost bars (no price, not $0): {_esc(", ".join(unpriced))}. '
-                     'Pass --cost to tbs report to price them.</p>')
-    return "\n".join(parts) + _inactive_note(data) + _not_in_step_note(data)
+    """The heaviest layers stacked per batch (the rest folded), by kind and by block; what the marks mean."""
+    return where_figures(data) + _inactive_note(data) + _not_in_step_note(data)
+
+
+def _heaviest_note(data: ReportData, shown: int) -> str:
+    """Says when a figure draws only the heaviest layers, and where every layer is."""
+    if shown >= len(data.layers):
+        return ""
+    return (f'<p class="note">The {shown} heaviest layers (by time) of {len(data.layers)}, in model order; every '
+            'layer is in <a href="#every-layer">the table</a> (<code>tbs report DIR -o FILE --all</code> draws '
+            'them all).</p>')
 
 
 def _not_in_step_note(data: ReportData) -> str:
@@ -132,6 +122,8 @@ def section_relative(data: ReportData) -> str:
     if len(data.devices) < 2:
         return parts[0] + '<p class="note">One device profiled: nothing to compare. Profile two or more.</p>'
     for batch in data.batches:
+        view = replace(data.view, layers=data.heaviest(batch))
+        parts += [_heaviest_note(data, len(view.layers))] if len(view.layers) < len(data.layers) else []
         stacks = {"time": layer_stack(data.summary, view, data.devices, batch, "time")}
         if len(data.priced_devices) > 1:
             stacks["cost"] = layer_stack(data.summary, view, data.priced_devices, batch, "cost")
@@ -145,9 +137,11 @@ def section_per_batch(data: ReportData) -> str:
              '<p class="note">Log axis: compare heights by orders of magnitude, not by length '
              '(<a href="#where">Where the time goes</a> shows lengths that add up).</p>']
     for batch in data.batches:
-        parts.append(_figure(spread_figure(data.summary, data.view, data.devices, batch, "time")))
+        view = replace(data.view, layers=data.heaviest(batch))
+        parts += [_heaviest_note(data, len(view.layers))] if len(view.layers) < len(data.layers) else []
+        parts.append(_figure(spread_figure(data.summary, view, data.devices, batch, "time")))
         if data.priced_devices:
-            parts.append(_figure(spread_figure(data.summary, data.view, data.priced_devices, batch, "cost")))
+            parts.append(_figure(spread_figure(data.summary, view, data.priced_devices, batch, "cost")))
     if not data.priced_devices:
         parts.append('<p class="note">No device has a price: pass --cost to see cost per sample.</p>')
     return "\n".join(parts)
@@ -158,13 +152,15 @@ def section_batch_scaling(data: ReportData) -> str:
     if len(data.batches) < 2 or not s["status"].isin(USABLE).any():
         return ('<h2 id="scaling">Time per sample against batch size</h2>'
                 '<p class="note">Profile at two or more batch sizes to see how each layer scales.</p>')
-    fig = scaling_figure(s, data.view, data.devices)
+    view = replace(data.view, layers=data.heaviest())
+    fig = scaling_figure(s, view, data.devices)
     changes = crossovers(winners(data.summary, "time"))
     note = ("".join(f"<li><b>{_esc(c['layer'])}</b>: best device changes from {_esc(c['from_device'])} to "
                     f"{_esc(c['to_device'])} between batch {c['between'][0]} and {c['between'][1]}</li>"
                     for c in changes) or "<li>No layer's best device changes across the measured batch sizes "
                                          "(ties excluded).</li>")
-    return f'<h2 id="scaling">Time per sample against batch size</h2>{_figure(fig)}<ul>{note}</ul>'
+    return (f'<h2 id="scaling">Time per sample against batch size</h2>{_heaviest_note(data, len(view.layers))}'
+            f'{_figure(fig)}<ul>{note}</ul>')
 
 
 def section_model_cost(data: ReportData) -> str:
@@ -303,6 +299,7 @@ REGISTRY: list[Section] = [
     Section("train-cost", "Cost per epoch", training.section_training_cost, _training),
     Section("memory", "Memory", training.section_training_memory, _training),
     Section("where", "Where the time goes", section_where),
+    Section("every-layer", "Every layer", section_layer_table),
     Section("relative", "Against the best", section_relative),
     Section("layers", "Spread (log)", section_per_batch),
     Section("scaling", "Batch size", section_batch_scaling),
@@ -349,7 +346,8 @@ def page(title: str, nav: list[tuple[str, str]], content: str) -> str:
 
 
 def render(profile: Profile, dataset_size: int | None = None,
-           recommendation: Recommendation | str | None = None) -> str:
-    """The self-contained HTML page; ``recommendation`` is a solved placement, or why there is none."""
-    content, nav = body(ReportData(profile, dataset_size, recommendation))
+           recommendation: Recommendation | str | None = None, top: int | None = DEFAULT_TOP) -> str:
+    """The self-contained HTML page; ``recommendation`` is a solved placement, or why there is none;
+    ``top``: the heaviest layers each per-layer figure draws (None: every layer)."""
+    content, nav = body(ReportData(profile, dataset_size, recommendation, top))
     return page(f"tbs report: {profile.meta.model.get('name', '')}", nav, content)

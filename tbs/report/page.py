@@ -19,6 +19,7 @@ from tbs.profiles.profile import Profile, with_layer_sums
 from tbs.report.winners import with_intervals
 from tbs.report.console import inactive_layers, not_in_step
 from tbs.report.figures import View
+from tbs.report.groups import DEFAULT_TOP, fold, layer_groups, measured_table
 from tbs.schema import Status
 
 STATUS_COLORS = {Status.OK.value: "#2e7d32", Status.NOISY.value: "#b26a00", Status.OOM.value: "#c62828",
@@ -33,6 +34,7 @@ class ReportData:
     profile: Profile
     dataset_size: int | None = None
     recommendation: Recommendation | str | None = None  # solved by the caller, or why there is none
+    top: int | None = DEFAULT_TOP  # the heaviest layers drawn one by one; None: every layer
 
     @cached_property
     def summary(self) -> pd.DataFrame:
@@ -62,6 +64,20 @@ class ReportData:
     @cached_property
     def training(self) -> bool:
         return self.profile.mode == "training"
+
+    @cached_property
+    def groups(self) -> pd.DataFrame:
+        """Each layer's kind and block (model order)."""
+        return layer_groups(self.profile)
+
+    def heaviest(self, batch: int | None = None) -> list[str]:
+        """The ``top`` heaviest layers by time at ``batch`` (None: at any batch), in model order; all when few."""
+        if self.top is None or len(self.layers) <= self.top:
+            return self.layers
+        batches = self.batches if batch is None else [batch]
+        tables = [measured_table(self.summary, self.layers, self.devices, b).add_prefix(f"{b}:") for b in batches]
+        shown = set(fold(pd.concat(tables, axis=1), self.top).shown) if tables else set()
+        return [layer for layer in self.layers if layer in shown]
 
     @cached_property
     def view(self) -> View:
