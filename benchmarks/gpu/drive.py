@@ -43,16 +43,27 @@ NO_GPU_EXIT = 3
 
 # Statistics: a dedicated machine drifts little, so a (device, batch) group's samples need not span
 # the default 2 s; the dry run asks for the minimum that still exercises every code path.
-GPU_TIMING = ("--min-span-seconds", "0.5", "--max-cell-seconds", "1")
+GPU_TIMING = ("--min-span-seconds", "0.5", "--max-cell-seconds", "1", "--min-block-ms", "5")
 DRY_TIMING = ("--min-samples", "3", "--min-span-seconds", "0.05", "--max-cell-seconds", "0.1", "--min-block-ms", "2")
 DRY_BUDGET_SCALE = 6.0  # the rehearsal's 2-core machine, shared with other work, runs the steps ~3-6x slower
 DRY_BATCH = {1: 1, 32: 2, 256: 2, 512: 4}  # the dry run's stand-in for each real batch size
 EXAMPLES = ("cnn_flowers", "rnn_mnist", "rnn_sa", "nn_twins", "lstm_sunspots")
 
-# Estimated seconds of each step on one H100 (run.log records the real ones). How they were made:
-# docs/gpu-run.md ("Time estimate"): the CPU dry run's per-step process and compile overheads, the
-# number of cells, and the H100's datasheet for the compute (67 TFLOP/s FP32, 3.35 TB/s).
-GPU_ESTIMATE_S: dict[str, float] = {}
+# Estimated seconds of each part on one H100, its process start apart (PROCESS_START_S). How they were
+# made (docs/gpu-run.md, "Time estimate"): cells (unique programs: dedupe measures identical calls once)
+# x about 0.2 s each to compile, analyse and warm up on the GPU, a (device, batch) group's sampling
+# (10 rounds of one 5 ms block per cell, at least 0.5 s), each device's calibration and copies, and the
+# compute at a fraction of the datasheet (H100: 67 TFLOP/s FP32, 495 TF32, 3.35 TB/s; the host's 16
+# cores about 0.4 TFLOP/s in practice). run.log records the real ones.
+PROCESS_START_S = 8.0  # Python, JAX's CUDA client, Keras and tbs, in each step's process
+GPU_ESTIMATE_S: dict[str, float] = {
+    "build": 45, "cnn_flowers/inference": 27, "cnn_flowers/verify": 12, "resnet50/inference": 77,
+    "bert_base/inference": 32, "bert_base/training": 17,
+    "rnn_mnist/inference": 9, "rnn_sa/inference": 14, "nn_twins/inference": 8, "lstm_sunspots/inference": 14,
+    "cnn_flowers/training": 22, "rnn_mnist/training": 14, "rnn_sa/training": 22, "nn_twins/training": 12,
+    "lstm_sunspots/training": 22, "cnn_flowers/capacity": 12, "efficientnetb0/inference": 82,
+    "bert_base/training-cpu": 70, "resnet50/inference-cpu": 45, "efficientnetb0/inference-cpu": 45,
+}
 
 
 @dataclass(frozen=True)
@@ -67,6 +78,7 @@ class Step:
     batches: str = ""
     note: str = ""
     env: tuple[tuple[str, str], ...] = ()
+    parts: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (name, tbs arguments) of each profile it runs
 
 
 @dataclass
@@ -124,15 +136,33 @@ def catalog_prices(dry_run: bool, gpu: str) -> dict[str, float]:
     return {"cpu": round(cpu, 4), "gpu": round(float(own), 4)}
 
 
-def _profile(s: Settings, model: str, mode: str, devices: str, sizes: tuple[int, ...], estimate_s: float,
-             extra: tuple[str, ...] = (), note: str = "", env: tuple[tuple[str, str], ...] = ()) -> Step:
-    batches = s.batches(sizes)
+def _arguments(s: Settings, model: str, mode: str, devices: str, sizes: tuple[int, ...],
+               extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """`tbs profile` arguments for one model and mode, into WORK/profiles/<gpu>/<model>/<mode>."""
     out = s.work / "profiles" / s.gpu / model / mode
-    argv = (PYTHON, "-m", "tbs", "profile", str(s.work / "models" / f"{model}.pkl"), "--backend", "jax",
-            "--devices", devices, "--batch", batches, "--out", str(out), "--cost", s.cost(), *s.timing, *extra)
-    if mode == "training":
-        argv += ("--training",)
-    return Step(f"{model}/{mode}", argv, estimate_s, _budget(estimate_s, s.budget_scale), devices, batches, note, env)
+    args = ("profile", str(s.work / "models" / f"{model}.pkl"), "--backend", "jax", "--devices", devices,
+            "--batch", s.batches(sizes), "--out", str(out), "--cost", s.cost(), *s.timing, *extra)
+    return args + (("--training",) if mode.startswith("training") else ())
+
+
+def _profile(s: Settings, model: str, mode: str, devices: str, sizes: tuple[int, ...], extra: tuple[str, ...] = (),
+             note: str = "", env: tuple[tuple[str, str], ...] = ()) -> Step:
+    """One profile in a process of its own."""
+    name, args = f"{model}/{mode}", _arguments(s, model, mode, devices, sizes, extra)
+    estimate = PROCESS_START_S + GPU_ESTIMATE_S[name]
+    return Step(name, (PYTHON, "-m", "tbs", *args), estimate, _budget(estimate, s.budget_scale), devices,
+                s.batches(sizes), note, env, ((name, args),))
+
+
+def _together(s: Settings, name: str, parts: list[Step], note: str = "") -> Step:
+    """Several profiles in one process (one start-up), each on its own budget (benchmarks/gpu/in_one_process.py)."""
+    runs = [{"name": p.name, "args": list(p.parts[0][1]), "budget_s": p.budget_s - PROCESS_START_S * s.budget_scale}
+            for p in parts]
+    estimate = PROCESS_START_S + sum(p.estimate_s - PROCESS_START_S for p in parts)
+    budget = PROCESS_START_S * s.budget_scale + sum(r["budget_s"] for r in runs)
+    argv = (PYTHON, str(ROOT / "benchmarks" / "gpu" / "in_one_process.py"), json.dumps(runs))
+    return Step(name, argv, estimate, round(budget), parts[0].devices, parts[0].batches, note, (),
+                tuple(p.parts[0] for p in parts))
 
 
 def _budget(estimate_s: float, scale: float = 1.0) -> float:
@@ -143,38 +173,41 @@ def _budget(estimate_s: float, scale: float = 1.0) -> float:
 
 def plan(s: Settings) -> list[Step]:
     """Every step, most valuable first: a run cut short keeps the first ones."""
-    est = GPU_ESTIMATE_S.get
     models = (*EXAMPLES, "resnet50", "efficientnetb0", "bert_base")
+    build_s = GPU_ESTIMATE_S["build"]
     build = Step("build", (PYTHON, str(ROOT / "benchmarks" / "gpu" / "models.py"), str(s.work / "models"), *models,
-                           *(("--small",) if s.dry_run else ())), est("build", 40), _budget(est("build", 40), s.budget_scale),
+                           *(("--small",) if s.dry_run else ())), build_s, _budget(build_s, s.budget_scale),
                  note="Keras on JAX's CPU (the GPU untouched); no TensorFlow anywhere",
                  env=(("KERAS_BACKEND", "jax"), ("JAX_PLATFORMS", "cpu")))
+    verify_s = PROCESS_START_S + GPU_ESTIMATE_S["cnn_flowers/verify"]
     verify = Step("cnn_flowers/verify",
                   (PYTHON, str(ROOT / "benchmarks" / "gpu" / "verify.py"),
                    str(s.work / "profiles" / s.gpu / "cnn_flowers" / "inference"), s.batches((32,))),
-                  est("cnn_flowers/verify", 30), _budget(est("cnn_flowers/verify", 30), s.budget_scale), s.devices, s.batches((32,)),
+                  verify_s, _budget(verify_s, s.budget_scale), s.devices, s.batches((32,)),
                   "tbs recommend --verify: the mixed placement run for real, predicted against measured",
                   s.two_devices)
-    steps = [
+    examples = [m for m in EXAMPLES if m != "cnn_flowers"]
+    return [
         build,
-        _profile(s, "cnn_flowers", "inference", s.devices, (32, 512), est("cnn_flowers/inference", 30),
-                 note="also the GPU's dispatch floor and host<->device copies (every cpu+gpu profile has them)",
-                 env=s.two_devices),
+        _profile(s, "cnn_flowers", "inference", s.devices, (32, 512), env=s.two_devices,
+                 note="and the GPU's dispatch floor, host<->device copies (every cpu+gpu profile has them)"),
         verify,
-        _profile(s, "resnet50", "inference", s.gpu_only, (1, 32, 256), est("resnet50/inference", 50)),
-        _profile(s, "bert_base", "inference", s.devices, (32,), est("bert_base/inference", 25)),
-        _profile(s, "bert_base", "training", s.devices, (32,), est("bert_base/training", 45)),
-        _profile(s, "efficientnetb0", "inference", s.gpu_only, (1, 32, 256), est("efficientnetb0/inference", 55)),
-        *[_profile(s, m, "inference", s.devices, (32, 512), est(f"{m}/inference", 15)) for m in EXAMPLES[1:]],
-        _profile(s, "cnn_flowers", "capacity", s.gpu_only, (32,), est("cnn_flowers/capacity", 20), ("--capacity",),
+        _profile(s, "resnet50", "inference", s.gpu_only, (1, 32, 256)),
+        _together(s, "bert_base/inference+training", [
+            _profile(s, "bert_base", "inference", s.devices, (32,)),
+            _profile(s, "bert_base", "training", s.gpu_only, (32,))], "training on the GPU; its CPU at the end"),
+        _together(s, "examples/inference", [_profile(s, m, "inference", s.devices, (32, 512)) for m in examples],
+                  ", ".join(examples)),
+        _together(s, "examples/training", [_profile(s, m, "training", s.devices, (32, 512)) for m in EXAMPLES],
+                  ", ".join(EXAMPLES)),
+        _profile(s, "cnn_flowers", "capacity", s.gpu_only, (32,), ("--capacity",),
                  "--capacity: the largest batch that fits, by real calls"),
-        *[_profile(s, m, "training", s.devices, (32, 512), est(f"{m}/training", 25)) for m in EXAMPLES],
-        _profile(s, "resnet50", "inference-cpu", "cpu", (1, 32), est("resnet50/inference-cpu", 40),
-                 note="the host CPU beside the GPU profile"),
-        _profile(s, "efficientnetb0", "inference-cpu", "cpu", (1, 32), est("efficientnetb0/inference-cpu", 40),
-                 note="the host CPU beside the GPU profile"),
+        _profile(s, "efficientnetb0", "inference", s.gpu_only, (1, 32, 256)),
+        _together(s, "cpu-extras", [
+            _profile(s, "resnet50", "inference-cpu", "cpu", (1, 32)),
+            _profile(s, "efficientnetb0", "inference-cpu", "cpu", (1, 32)),
+            _profile(s, "bert_base", "training-cpu", "cpu", (32,))], "the host CPU beside the GPU-only profiles"),
     ]
-    return steps
 
 
 def plan_text(steps: list[Step], s: Settings, total_s: float) -> str:
@@ -183,10 +216,23 @@ def plan_text(steps: list[Step], s: Settings, total_s: float) -> str:
              f"{'step':<30} {'devices':<8} {'batches':<10} {'est s':>6} {'budget s':>8}  note"]
     for st in steps:
         lines.append(f"{st.name:<30} {st.devices:<8} {st.batches:<10} {st.estimate_s:>6.0f} {st.budget_s:>8.0f}  {st.note}")
-    lines.append(f"{'estimated total':<50} {sum(st.estimate_s for st in steps):>6.0f}")
+    fits = [st for st in _within(steps, total_s - PACK_RESERVE_S)]
+    lines.append(f"{'estimated total':<50} {sum(st.estimate_s for st in steps):>6.0f}; within the budget if the "
+                 f"estimates hold: {len(fits)} of {len(steps)} steps ({sum(st.estimate_s for st in fits):.0f} s)")
     lines.append("TensorFlow-only layers: none in these models (rnn_sa reads int tokens, cnn_flowers' augmentation "
                  "is Keras ops); lm_imdb's TextVectorization, which would be recorded unsupported on JAX, is not run")
     return "\n".join(lines)
+
+
+def _within(steps: list[Step], seconds: float) -> list[Step]:
+    """The first steps whose estimates add up to no more than ``seconds``."""
+    chosen, used = [], 0.0
+    for st in steps:
+        if used + st.estimate_s > seconds:
+            break
+        chosen.append(st)
+        used += st.estimate_s
+    return chosen
 
 
 def find_gpu() -> tuple[str | None, str]:
@@ -284,9 +330,10 @@ GROUPS = {"examples": EXAMPLES, "resnet50": ("resnet50",), "efficientnetb0": ("e
           "bert_base": ("bert_base",)}
 
 
-def group_of(step_name: str) -> str | None:
-    model = step_name.split("/")[0]
-    return next((g for g, members in GROUPS.items() if model in members), None)
+def groups_of(step: Step) -> list[str]:
+    """The packed files a step's profiles go into."""
+    models = {name.split("/")[0] for name, _ in step.parts}
+    return [g for g, members in GROUPS.items() if models & set(members)]
 
 
 def pack(profiles: Path, out: Path, group: str) -> Path | None:
@@ -369,10 +416,10 @@ def execute(steps: list[Step], s: Settings, gpu_name: str, out: Path, total_s: f
         env_file.write_text(json.dumps(record, indent=1, default=str))
         if st.name == "build" and result.status != "ok":
             log("not every model was built: the steps of those that were go on")
-        group = group_of(st.name)
-        packed = pack(s.work / "profiles" / s.gpu, out, group) if group and result.status != "skipped" else None
-        if packed is not None and packed.stat().st_size > MAX_FILE_BYTES:
-            log(f"{packed.name} is {packed.stat().st_size / 2**20:.1f} MiB: over the limit, it will not come back")
+        for group in groups_of(st) if result.status != "skipped" else []:
+            packed = pack(s.work / "profiles" / s.gpu, out, group)
+            if packed is not None and packed.stat().st_size > MAX_FILE_BYTES:
+                log(f"{packed.name} is {packed.stat().st_size / 2**20:.1f} MiB: over the limit, it will not come back")
     record["elapsed_s"] = round(time.monotonic() - started, 1)
     env_file.write_text(json.dumps(record, indent=1, default=str))
     files = sorted(out.iterdir())

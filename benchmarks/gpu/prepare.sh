@@ -43,5 +43,5 @@ if [ "$total" -ge "$LIMIT_BYTES" ]; then
 fi
 
 if [ "${1:-}" = "--check" ]; then
-    exec benchmarks/gpu/check_clean_env.sh
+    exec benchmarks/gpu/check_clean_env.sh "${@:2}"
 fi
