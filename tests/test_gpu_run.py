@@ -61,6 +61,12 @@ def test_the_gpu_plan_has_every_step_of_the_issue_in_priority_order(tmp_path: Pa
     assert gpu_price == pytest.approx(11.06, abs=0.01)  # the catalog's H100 price, not a made-up one
 
 
+@pytest.mark.parametrize("name, slug", [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"),
+                                        ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA L4", "l4")])
+def test_the_profiles_folder_is_named_after_the_gpu(name: str, slug: str) -> None:
+    assert drive.gpu_slug(name) == slug
+
+
 def test_the_dry_run_is_the_same_steps_on_the_cpu_with_small_batches(tmp_path: Path) -> None:
     real, dry = drive.plan(_settings(tmp_path, False)), drive.plan(_settings(tmp_path, True))
     assert [st.name for st in real] == [st.name for st in dry]
