@@ -59,12 +59,12 @@ EXAMPLES = ("cnn_flowers", "rnn_mnist", "rnn_sa", "nn_twins", "lstm_sunspots")
 # cores about 0.4 TFLOP/s in practice). run.log records the real ones.
 PROCESS_START_S = 8.0  # Python, JAX's CUDA client, Keras and tbs, in each step's process
 GPU_ESTIMATE_S: dict[str, float] = {
-    "build": 45, "cnn_flowers/inference": 27, "cnn_flowers/verify": 12, "resnet50/inference": 77,
+    "build": 45, "cnn_flowers/inference": 27, "cnn_flowers/verify": 12, "resnet50/inference": 42,
     "bert_base/inference": 32, "bert_base/training": 17,
     "rnn_mnist/inference": 9, "rnn_sa/inference": 14, "nn_twins/inference": 8, "lstm_sunspots/inference": 14,
     "cnn_flowers/training": 22, "rnn_mnist/training": 14, "rnn_sa/training": 22, "nn_twins/training": 12,
-    "lstm_sunspots/training": 22, "cnn_flowers/capacity": 12, "efficientnetb0/inference": 82,
-    "bert_base/training-cpu": 70, "resnet50/inference-cpu": 45, "efficientnetb0/inference-cpu": 45,
+    "lstm_sunspots/training": 22, "cnn_flowers/capacity": 12, "efficientnetb0/inference": 103,
+    "bert_base/training-cpu": 50, "resnet50/inference-cpu": 30, "efficientnetb0/inference-cpu": 45,
 }
 
 
