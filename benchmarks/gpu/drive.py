@@ -26,17 +26,16 @@ import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from records import EXAMPLES, GROUPS, MAX_FILE_BYTES, MAX_FILES, environment_record, groups_of, pack  # noqa: E402,F401 (the tests read GROUPS, MAX_FILES here)
 PYTHON = sys.executable
-MAX_FILES = 8  # the device tool brings back at most 8 files of 16 MiB
-MAX_FILE_BYTES = 15 * 1024 * 1024  # a MiB of margin under 16
 KILL_GRACE_S = 15.0  # after Ctrl-C, how long a step may take to write its last rows
 PACK_RESERVE_S = 15.0  # kept back from the total budget for packing
 MIN_STEP_S = 20.0  # a step with less time than this left is skipped, not started
@@ -49,7 +48,6 @@ GPU_TIMING = ("--min-span-seconds", "0.5", "--max-cell-seconds", "1", "--min-blo
 DRY_TIMING = ("--min-samples", "3", "--min-span-seconds", "0.05", "--max-cell-seconds", "0.1", "--min-block-ms", "2")
 DRY_BUDGET_SCALE = 6.0  # the rehearsal's 2-core machine, shared with other work, runs the steps ~3-6x slower
 DRY_BATCH = {1: 1, 32: 2, 256: 2, 512: 4}  # the dry run's stand-in for each real batch size
-EXAMPLES = ("cnn_flowers", "rnn_mnist", "rnn_sa", "nn_twins", "lstm_sunspots")
 
 # Estimated seconds of each part on one H100, its process start apart (PROCESS_START_S). How they were
 # made (docs/gpu-run.md, "Time estimate"): cells (unique programs: dedupe measures identical calls once)
@@ -299,68 +297,6 @@ def _last_line(path: Path) -> str:
     return lines[-1][:200] if lines else ""
 
 
-def environment_record(s: Settings, gpu_name: str) -> dict[str, Any]:
-    """What ran: the GPU (nvidia-smi), driver and CUDA, the Python packages, the host."""
-    def command(*argv: str) -> str | None:
-        if shutil.which(argv[0]) is None:
-            return None
-        done = subprocess.run(list(argv), capture_output=True, text=True)
-        return (done.stdout or done.stderr).strip()
-
-    from importlib import metadata
-
-    packages = {}
-    for name in ("jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt", "jax-cuda12-plugin", "keras", "numpy",
-                 "pandas", "scipy", "optree", "plotly", "ml-dtypes", "tensorflow"):
-        try:
-            packages[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            packages[name] = None
-    return {
-        "dry_run": s.dry_run, "gpu": s.gpu, "gpu_name": gpu_name, "python": platform.python_version(),
-        "platform": platform.platform(), "cpu_count": os.cpu_count(), "packages": packages, "prices_usd_per_hour": s.prices,
-        "nvidia_smi_query": command("nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm,"
-                                    "clocks.max.memory,power.limit,pci.bus_id", "--format=csv"),
-        "nvidia_smi": command("nvidia-smi"), "lscpu": command("lscpu"),
-    }
-
-
-# The packed files: one tar.gz per group of models, re-written after each step of the group so that
-# a run stopped from outside still leaves what it measured; with run.log, steps.log and
-# environment.json that is 7 files, under the device tool's 8.
-GROUPS = {"examples": EXAMPLES, "resnet50": ("resnet50",), "efficientnetb0": ("efficientnetb0",),
-          "bert_base": ("bert_base",)}
-
-
-def groups_of(step: Step) -> list[str]:
-    """The packed files a step's profiles go into."""
-    models = {name.split("/")[0] for name, _ in step.parts}
-    return [g for g, members in GROUPS.items() if models & set(members)]
-
-
-def pack(profiles: Path, out: Path, group: str) -> Path | None:
-    """OUT/profiles-<group>.tar.gz of the group's profile folders (paths <gpu>/<model>/<mode>/...)."""
-    folders = [profiles / m for m in GROUPS[group] if (profiles / m).is_dir()]
-    if not folders:
-        return None
-    target = out / f"profiles-{group}.tar.gz"
-    tmp = target.with_suffix(".tmp")
-    _tar(tmp, folders, profiles.parent)
-    tmp.replace(target)
-    return target
-
-
-def _tar(target: Path, folders: list[Path], base: Path) -> None:
-    """tar.gz of the folders, paths from ``base`` (so they unpack as <gpu>/<model>/<mode>/...)."""
-    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        name = Path(info.name).name
-        return None if name in ("report.html", ".reserve", ".lock") else info
-
-    with tarfile.open(target, "w:gz") as tar:
-        for folder in folders:
-            tar.add(folder, arcname=str(folder.relative_to(base)), filter=keep)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, help="where the packed files go ($OUT on the device machine)")
@@ -409,7 +345,7 @@ def execute(steps: list[Step], s: Settings, gpu_name: str, out: Path, total_s: f
         with open(run_log, "a") as f:
             f.write(stamped + "\n")
 
-    record = environment_record(s, gpu_name)
+    record = environment_record(s.dry_run, s.gpu, gpu_name, s.prices)
     record["plan"] = [asdict(st) for st in steps]
     outcomes: list[Outcome] = []
     for st in steps:
@@ -422,7 +358,7 @@ def execute(steps: list[Step], s: Settings, gpu_name: str, out: Path, total_s: f
         env_file.write_text(json.dumps(record, indent=1, default=str))
         if st.name == "build" and result.status != "ok":
             log("not every model was built: the steps of those that were go on")
-        for group in groups_of(st) if result.status != "skipped" else []:
+        for group in groups_of([name for name, _ in st.parts]) if result.status != "skipped" else []:
             packed = pack(s.work / "profiles" / s.gpu, out, group)
             if packed is not None and packed.stat().st_size > MAX_FILE_BYTES:
                 log(f"{packed.name} is {packed.stat().st_size / 2**20:.1f} MiB: over the limit, it will not come back")
