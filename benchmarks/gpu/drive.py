@@ -34,7 +34,8 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from records import EXAMPLES, GROUPS, MAX_FILE_BYTES, MAX_FILES, environment_record, groups_of, pack  # noqa: E402,F401 (the tests read GROUPS, MAX_FILES here)
+# GROUPS and MAX_FILES are read by the tests through this module
+from records import EXAMPLES, GROUPS, MAX_FILE_BYTES, MAX_FILES, environment_record, groups_of, pack  # noqa: E402,F401
 PYTHON = sys.executable
 KILL_GRACE_S = 15.0  # after Ctrl-C, how long a step may take to write its last rows
 PACK_RESERVE_S = 15.0  # kept back from the total budget for packing
