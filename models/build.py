@@ -10,15 +10,19 @@ Each model is pickled to models/<name>.pkl. The files are generated, not kept in
 from __future__ import annotations
 
 import argparse
+import os
 import pickle
 import sys
 from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tbs.backends import installed as _backend_missing  # noqa: E402
 from tbs.backends import keras as _quiet_keras  # noqa: E402  (TensorFlow without its log noise)
 from tbs.backends.tensorflow.environment import native_stderr_captured  # noqa: E402
 
+if _backend_missing("tensorflow"):  # a JAX-only machine (the GPU machines): the same models, built on JAX
+    os.environ.setdefault("KERAS_BACKEND", "jax")
 keras = _quiet_keras()
 import numpy as np  # noqa: E402
 from keras import layers  # noqa: E402

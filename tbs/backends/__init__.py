@@ -45,9 +45,11 @@ def fused_gpu_rnn_types(name: str) -> tuple[str, ...]:
 
 def installed(name: str) -> str | None:
     """Why a backend cannot be used here, or None if it can."""
-    if importlib.util.find_spec(_MODULES[name]) is None:
-        return f"{name} is not installed ({_INSTALL[name]})"
-    return None
+    try:
+        found = importlib.util.find_spec(_MODULES[name]) is not None
+    except (ImportError, ValueError):  # an import hook that refuses it, or a half-removed package: not usable
+        found = False
+    return None if found else f"{name} is not installed ({_INSTALL[name]})"
 
 
 def current() -> str:

@@ -1,0 +1,376 @@
+"""The GPU run of issue 29: one short, known-good use of a GPU machine, prepared and rehearsed on the CPU.
+
+    benchmarks/gpu/run.sh                        # on the GPU machine: installs the carried wheels, then this
+    python benchmarks/gpu/drive.py --out DIR     # every step below on --backend jax, cpu and gpu
+    python benchmarks/gpu/drive.py --out DIR --dry-run   # the same steps on the CPU, small batches and sizes
+    python benchmarks/gpu/drive.py --plan [--dry-run]    # print the plan only
+
+It builds the models on the machine (Keras on JAX, no TensorFlow), then runs each step as its own
+process with a wall budget: at the budget the step gets Ctrl-C (tbs keeps every row it wrote and
+marks the profile interrupted), 15 s later it is killed. A total budget (default 420 s) skips the
+steps that no longer fit, lowest priority last in the plan. After each step its profiles (without
+report.html, which `tbs report` re-makes) are packed into DIR/profiles-<group>.tar.gz (4 groups),
+beside run.log, steps.log (every step's own output) and environment.json: 7 files, each far under
+the 16 MiB a device call brings back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# GROUPS and MAX_FILES are read by the tests through this module
+from records import EXAMPLES, GROUPS, MAX_FILE_BYTES, MAX_FILES, environment_record, groups_of, pack  # noqa: E402,F401
+PYTHON = sys.executable
+KILL_GRACE_S = 15.0  # after Ctrl-C, how long a step may take to write its last rows
+PACK_RESERVE_S = 15.0  # kept back from the total budget for packing
+MIN_STEP_S = 20.0  # a step with less time than this left is skipped, not started
+NO_GPU_EXIT = 3
+TOTAL_S = 420.0  # the issue's 7 minutes on the GPU
+
+# Statistics: a dedicated machine drifts little, so a (device, batch) group's samples need not span
+# the default 2 s; the dry run asks for the minimum that still exercises every code path.
+GPU_TIMING = ("--min-span-seconds", "0.5", "--max-cell-seconds", "1", "--min-block-ms", "5")
+DRY_TIMING = ("--min-samples", "3", "--min-span-seconds", "0.05", "--max-cell-seconds", "0.1", "--min-block-ms", "2")
+DRY_BUDGET_SCALE = 6.0  # the rehearsal's 2-core machine, shared with other work, runs the steps ~3-6x slower
+DRY_BATCH = {1: 1, 32: 2, 256: 2, 512: 4}  # the dry run's stand-in for each real batch size
+
+# Estimated seconds of each part on one H100, its process start apart (PROCESS_START_S). How they were
+# made (docs/gpu-run.md, "Time estimate"): cells (unique programs: dedupe measures identical calls once)
+# x about 0.2 s each to compile, analyse and warm up on the GPU, a (device, batch) group's sampling
+# (10 rounds of one 5 ms block per cell, at least 0.5 s), each device's calibration and copies, and the
+# compute at a fraction of the datasheet (H100: 67 TFLOP/s FP32, 495 TF32, 3.35 TB/s; the host's 16
+# cores about 0.4 TFLOP/s in practice). run.log records the real ones.
+PROCESS_START_S = 8.0  # Python, JAX's CUDA client, Keras and tbs, in each step's process
+GPU_ESTIMATE_S: dict[str, float] = {
+    "build": 45, "cnn_flowers/inference": 27, "cnn_flowers/verify": 12, "resnet50/inference": 42,
+    "bert_base/inference": 32, "bert_base/training": 17,
+    "rnn_mnist/inference": 9, "rnn_sa/inference": 14, "nn_twins/inference": 8, "lstm_sunspots/inference": 14,
+    "cnn_flowers/training": 22, "rnn_mnist/training": 14, "rnn_sa/training": 22, "nn_twins/training": 12,
+    "lstm_sunspots/training": 22, "cnn_flowers/capacity": 12, "efficientnetb0/inference": 103,
+    "bert_base/training-cpu": 50, "resnet50/inference-cpu": 30, "efficientnetb0/inference-cpu": 45,
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One process of the run: what it runs, its wall budget and the estimate the plan shows."""
+
+    name: str
+    argv: tuple[str, ...]
+    estimate_s: float
+    budget_s: float
+    devices: str = ""
+    batches: str = ""
+    note: str = ""
+    env: tuple[tuple[str, str], ...] = ()
+    parts: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (name, tbs arguments) of each profile it runs
+
+
+@dataclass
+class Outcome:
+    name: str
+    status: str  # ok, failed (rc), cut (budget reached), skipped (no time left)
+    seconds: float
+    returncode: int | None = None
+    detail: str = ""
+
+
+@dataclass
+class Settings:
+    """What differs between the GPU run and its CPU rehearsal."""
+
+    dry_run: bool
+    work: Path
+    gpu: str  # the profiles' folder name: h100, h200, ... or cpu-dry-run
+    prices: dict[str, float] = field(default_factory=dict)
+    budget_scale: float = 1.0
+
+    @property
+    def devices(self) -> str:
+        return "cpu" if self.dry_run else "cpu,gpu"
+
+    @property
+    def gpu_only(self) -> str:
+        return "cpu" if self.dry_run else "gpu"
+
+    def batches(self, sizes: tuple[int, ...]) -> str:
+        chosen = sorted({DRY_BATCH[b] for b in sizes}) if self.dry_run else list(sizes)
+        return ",".join(str(b) for b in chosen)
+
+    @property
+    def timing(self) -> tuple[str, ...]:
+        return DRY_TIMING if self.dry_run else GPU_TIMING
+
+    @property
+    def two_devices(self) -> tuple[tuple[str, str], ...]:
+        """The dry run's stand-in for cpu + gpu: the host split into two logical CPUs."""
+        return (("TBS_LOGICAL_CPUS", "2"),) if self.dry_run else ()
+
+    def cost(self) -> str:
+        return ",".join(f"{k}={v:g}" for k, v in self.prices.items())
+
+
+def catalog_prices(dry_run: bool, gpu: str) -> dict[str, float]:
+    """USD/hour from tbs's dated catalog: the GPU's own price (the H100's where it has none: the H200's
+    compute is the H100's), and 16 vCPUs at GCP c3-standard-8's price per vCPU for the host CPU."""
+    rows = {r["id"]: r for r in csv.DictReader(open(ROOT / "tbs" / "predictions" / "catalog.csv"))}
+    cpu = 2 * float(rows["cpu-c3-8"]["usd_per_hour"])
+    own = rows.get(gpu, {}).get("usd_per_hour") or rows["h100"]["usd_per_hour"]
+    if dry_run:  # the second logical CPU stands in for the GPU
+        return {"cpu:0": round(cpu, 4), "cpu:1": round(float(own), 4)}
+    return {"cpu": round(cpu, 4), "gpu": round(float(own), 4)}
+
+
+def _arguments(s: Settings, model: str, mode: str, devices: str, sizes: tuple[int, ...],
+               extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """`tbs profile` arguments for one model and mode, into WORK/profiles/<gpu>/<model>/<mode>."""
+    out = s.work / "profiles" / s.gpu / model / mode
+    args = ("profile", str(s.work / "models" / f"{model}.pkl"), "--backend", "jax", "--devices", devices,
+            "--batch", s.batches(sizes), "--out", str(out), "--cost", s.cost(), *s.timing, *extra)
+    return args + (("--training",) if mode.startswith("training") else ())
+
+
+def _profile(s: Settings, model: str, mode: str, devices: str, sizes: tuple[int, ...], extra: tuple[str, ...] = (),
+             note: str = "", env: tuple[tuple[str, str], ...] = ()) -> Step:
+    """One profile in a process of its own."""
+    name, args = f"{model}/{mode}", _arguments(s, model, mode, devices, sizes, extra)
+    estimate = PROCESS_START_S + GPU_ESTIMATE_S[name]
+    return Step(name, (PYTHON, "-m", "tbs", *args), estimate, _budget(estimate, s.budget_scale), devices,
+                s.batches(sizes), note, env, ((name, args),))
+
+
+def _together(s: Settings, name: str, parts: list[Step], note: str = "") -> Step:
+    """Several profiles in one process (one start-up), each on its own budget (benchmarks/gpu/in_one_process.py)."""
+    runs = [{"name": p.name, "args": list(p.parts[0][1]), "budget_s": p.budget_s - PROCESS_START_S * s.budget_scale}
+            for p in parts]
+    estimate = PROCESS_START_S + sum(p.estimate_s - PROCESS_START_S for p in parts)
+    budget = PROCESS_START_S * s.budget_scale + sum(r["budget_s"] for r in runs)
+    argv = (PYTHON, str(ROOT / "benchmarks" / "gpu" / "in_one_process.py"), json.dumps(runs))
+    return Step(name, argv, estimate, round(budget), parts[0].devices, parts[0].batches, note, (),
+                tuple(p.parts[0] for p in parts))
+
+
+def _budget(estimate_s: float, scale: float = 1.0) -> float:
+    """A step's wall budget: 1.5x its GPU estimate (20 s more at least), times ``scale`` (--budget-scale:
+    the CPU rehearsal's 2-core machine compiles and measures several times slower than the GPU machine)."""
+    return round(scale * max(1.5 * estimate_s, estimate_s + 20.0))
+
+
+def plan(s: Settings) -> list[Step]:
+    """Every step, most valuable first: a run cut short keeps the first ones."""
+    models = (*EXAMPLES, "resnet50", "efficientnetb0", "bert_base")
+    build_s = GPU_ESTIMATE_S["build"]
+    build = Step("build", (PYTHON, str(ROOT / "benchmarks" / "gpu" / "models.py"), str(s.work / "models"), *models,
+                           *(("--small",) if s.dry_run else ())), build_s, _budget(build_s, s.budget_scale),
+                 note="Keras on JAX's CPU (the GPU untouched); no TensorFlow anywhere",
+                 env=(("KERAS_BACKEND", "jax"), ("JAX_PLATFORMS", "cpu")))
+    verify_s = PROCESS_START_S + GPU_ESTIMATE_S["cnn_flowers/verify"]
+    verify = Step("cnn_flowers/verify",
+                  (PYTHON, str(ROOT / "benchmarks" / "gpu" / "verify.py"),
+                   str(s.work / "profiles" / s.gpu / "cnn_flowers" / "inference"), s.batches((32,))),
+                  verify_s, _budget(verify_s, s.budget_scale), s.devices, s.batches((32,)),
+                  "tbs recommend --verify: the mixed placement run for real, predicted against measured",
+                  s.two_devices)
+    examples = [m for m in EXAMPLES if m != "cnn_flowers"]
+    return [
+        build,
+        _profile(s, "cnn_flowers", "inference", s.devices, (32, 512), env=s.two_devices,
+                 note="and the GPU's dispatch floor, host<->device copies (every cpu+gpu profile has them)"),
+        verify,
+        _profile(s, "resnet50", "inference", s.gpu_only, (1, 32, 256)),
+        _together(s, "bert_base/inference+training", [
+            _profile(s, "bert_base", "inference", s.devices, (32,)),
+            _profile(s, "bert_base", "training", s.gpu_only, (32,))], "training on the GPU; its CPU at the end"),
+        _together(s, "examples/inference", [_profile(s, m, "inference", s.devices, (32, 512)) for m in examples],
+                  ", ".join(examples)),
+        _together(s, "examples/training", [_profile(s, m, "training", s.devices, (32, 512)) for m in EXAMPLES],
+                  ", ".join(EXAMPLES)),
+        _profile(s, "cnn_flowers", "capacity", s.gpu_only, (32,), ("--capacity",),
+                 "--capacity: the largest batch that fits, by real calls"),
+        _profile(s, "efficientnetb0", "inference", s.gpu_only, (1, 32, 256)),
+        _together(s, "cpu-extras", [
+            _profile(s, "resnet50", "inference-cpu", "cpu", (1, 32)),
+            _profile(s, "efficientnetb0", "inference-cpu", "cpu", (1, 32)),
+            _profile(s, "bert_base", "training-cpu", "cpu", (32,))], "the host CPU beside the GPU-only profiles"),
+    ]
+
+
+def plan_text(steps: list[Step], s: Settings, total_s: float) -> str:
+    head = "dry run on the CPU (small batches and sizes)" if s.dry_run else f"GPU run ({s.gpu})"
+    lines = [f"plan: {head}; total budget {total_s:.0f} s; prices {s.cost()} (USD/h, tbs's catalog)",
+             f"{'step':<30} {'devices':<8} {'batches':<10} {'est s':>6} {'budget s':>8}  note"]
+    for st in steps:
+        lines.append(f"{st.name:<30} {st.devices:<8} {st.batches:<10} {st.estimate_s:>6.0f} {st.budget_s:>8.0f}  {st.note}")
+    fits = [st for st in _within(steps, total_s - PACK_RESERVE_S)]
+    lines.append(f"{'estimated total':<50} {sum(st.estimate_s for st in steps):>6.0f}; within the budget if the "
+                 f"estimates hold: {len(fits)} of {len(steps)} steps ({sum(st.estimate_s for st in fits):.0f} s)")
+    lines.append("TensorFlow-only layers: none in these models (rnn_sa reads int tokens, cnn_flowers' augmentation "
+                 "is Keras ops); lm_imdb's TextVectorization, which would be recorded unsupported on JAX, is not run")
+    return "\n".join(lines)
+
+
+def _within(steps: list[Step], seconds: float) -> list[Step]:
+    """The first steps whose estimates add up to no more than ``seconds``."""
+    chosen, used = [], 0.0
+    for st in steps:
+        if used + st.estimate_s > seconds:
+            break
+        chosen.append(st)
+        used += st.estimate_s
+    return chosen
+
+
+def find_gpu() -> tuple[str | None, str]:
+    """(the GPU's short name, its description) or (None, why there is none), without holding GPU memory."""
+    if shutil.which("nvidia-smi") is None:
+        return None, "no nvidia-smi on this machine"
+    query = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True)
+    names = [n.strip() for n in query.stdout.splitlines() if n.strip()]
+    if query.returncode != 0 or not names:
+        return None, f"nvidia-smi lists no GPU ({(query.stderr or query.stdout).strip()[:120]})"
+    probe = ("import json, tbs; d = tbs.devices(backend='jax'); g = d[(d.kind == 'gpu')]; "
+             "print(json.dumps([int(g.available.sum()), '; '.join(str(r) for r in g.reason.dropna())]))")
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    seen = subprocess.run([PYTHON, "-c", probe], capture_output=True, text=True, env=env, cwd=ROOT)
+    try:
+        count, reason = json.loads(seen.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None, f"tbs could not list JAX's devices: {(seen.stderr.strip().splitlines() or ['?'])[-1]}"
+    if not count:
+        return None, f"JAX sees no GPU ({reason or 'no reason given'})"
+    return gpu_slug(names[0]), names[0]
+
+
+def gpu_slug(name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'h100': the profiles' folder name."""
+    known = re.search(r"\b([HABLVT]\d{1,3}[A-Z]?|RTX ?\d{4})\b", name.upper())
+    return (known.group(1) if known else name).lower().replace(" ", "")
+
+
+def run_step(step: Step, left_s: float, log: Callable[[str], None], out_log: Path) -> Outcome:
+    """Run one step within min(its budget, the time left); Ctrl-C at the limit, kill after the grace."""
+    limit = min(step.budget_s, left_s)
+    if limit < MIN_STEP_S:
+        return Outcome(step.name, "skipped", 0.0, detail=f"{left_s:.0f} s left of the total budget")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **dict(step.env))
+    start = time.monotonic()
+    with open(out_log, "a") as sink:
+        sink.write(f"\n===== {step.name}: {' '.join(step.argv)}\n")
+        sink.flush()
+        proc = subprocess.Popen(step.argv, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                                start_new_session=True)
+        status = "ok"
+        try:
+            proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            status = "cut"
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=KILL_GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    seconds = time.monotonic() - start
+    if status == "ok" and proc.returncode != 0:
+        status = "failed"
+    detail = "" if status == "ok" else _last_line(out_log)
+    return Outcome(step.name, status, round(seconds, 1), proc.returncode, detail)
+
+
+def _last_line(path: Path) -> str:
+    lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    return lines[-1][:200] if lines else ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, help="where the packed files go ($OUT on the device machine)")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="models and profiles, this run's scratch (default TMPDIR/tbs-gpu-work)")
+    parser.add_argument("--dry-run", action="store_true", help="the same steps on the CPU, small batches and sizes")
+    parser.add_argument("--plan", action="store_true", help="print the plan and stop")
+    parser.add_argument("--total-seconds", type=float, default=None,
+                        help=f"the whole run's budget (default {TOTAL_S:g} s, times --budget-scale)")
+    parser.add_argument("--budget-scale", type=float, default=None,
+                        help=f"multiply every step's budget (default 1, {DRY_BUDGET_SCALE:g} with --dry-run)")
+    parser.add_argument("--only", default=None, help="comma-separated step names (default: every step)")
+    args = parser.parse_args(argv)
+    gpu, gpu_name = ("cpu-dry-run", platform.processor() or "cpu") if args.dry_run else find_gpu()
+    if gpu is None and not args.plan:
+        print(f"no GPU: {gpu_name}; this script measures a GPU (--dry-run rehearses it on the CPU)", file=sys.stderr)
+        return NO_GPU_EXIT
+    gpu = gpu or "h100"
+    if args.out is None and not args.plan:
+        parser.error("--out DIR is needed")
+    work = (args.work or Path(tempfile.gettempdir()) / "tbs-gpu-work").resolve()
+    scale = args.budget_scale or (DRY_BUDGET_SCALE if args.dry_run else 1.0)
+    total_s = args.total_seconds or TOTAL_S * scale
+    s = Settings(args.dry_run, work, gpu, catalog_prices(args.dry_run, gpu), scale)
+    steps = plan(s)
+    if args.only:
+        wanted = set(args.only.split(","))
+        steps = [st for st in steps if st.name in wanted or st.name == "build"]
+    print(plan_text(steps, s, total_s), flush=True)
+    if args.plan:
+        return 0
+    return execute(steps, s, gpu_name, args.out, total_s)
+
+
+def execute(steps: list[Step], s: Settings, gpu_name: str, out: Path, total_s: float) -> int:
+    """Run the steps in order within the total budget, recording as it goes; then pack."""
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(s.work / "profiles" / s.gpu, ignore_errors=True)  # an earlier run's profiles would be packed too
+    s.work.mkdir(parents=True, exist_ok=True)
+    run_log, env_file = out / "run.log", out / "environment.json"
+    started = time.monotonic()
+
+    def log(line: str) -> None:
+        stamped = f"[{time.monotonic() - started:6.1f} s] {line}"
+        print(stamped, flush=True)
+        with open(run_log, "a") as f:
+            f.write(stamped + "\n")
+
+    record = environment_record(s.dry_run, s.gpu, gpu_name, s.prices)
+    record["plan"] = [asdict(st) for st in steps]
+    outcomes: list[Outcome] = []
+    for st in steps:
+        left = total_s - PACK_RESERVE_S - (time.monotonic() - started)
+        log(f"{st.name}: start (estimate {st.estimate_s:.0f} s, budget {min(st.budget_s, max(left, 0)):.0f} s)")
+        result = run_step(st, left, log, out / "steps.log")
+        outcomes.append(result)
+        log(f"{st.name}: {result.status} in {result.seconds:.1f} s" + (f" -- {result.detail}" if result.detail else ""))
+        record["steps"] = [asdict(o) for o in outcomes]
+        env_file.write_text(json.dumps(record, indent=1, default=str))
+        if st.name == "build" and result.status != "ok":
+            log("not every model was built: the steps of those that were go on")
+        for group in groups_of([name for name, _ in st.parts]) if result.status != "skipped" else []:
+            packed = pack(s.work / "profiles" / s.gpu, out, group)
+            if packed is not None and packed.stat().st_size > MAX_FILE_BYTES:
+                log(f"{packed.name} is {packed.stat().st_size / 2**20:.1f} MiB: over the limit, it will not come back")
+    record["elapsed_s"] = round(time.monotonic() - started, 1)
+    env_file.write_text(json.dumps(record, indent=1, default=str))
+    files = sorted(out.iterdir())
+    ok = sum(o.status == "ok" for o in outcomes)
+    log(f"done: {ok}/{len(outcomes)} steps ok in {record['elapsed_s']:.0f} s; {len(files)} files in {out}: "
+        + ", ".join(f"{f.name} ({f.stat().st_size / 2**20:.2f} MiB)" for f in files))
+    return 0 if ok == len(outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

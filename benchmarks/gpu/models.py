@@ -1,0 +1,102 @@
+"""Build, on the machine that measures them, the models the GPU run profiles (random weights, no downloads).
+
+    KERAS_BACKEND=jax python benchmarks/gpu/models.py OUT_DIR NAME... [--small]
+
+The example models come from models/build.py; ResNet50, EfficientNetB0 (keras.applications,
+``weights=None``) and a BERT-base-sized encoder are built here. Everything is plain Keras layers, so
+it builds on the JAX backend with no TensorFlow installed (the GPU machines have none). ``--small``
+builds the same architectures smaller (64x64 images; 2 encoder blocks of width 128, sequence 32)
+for the CPU dry run, where the full sizes would take longer than a rehearsal should.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import pickle
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ("cnn_flowers", "rnn_mnist", "rnn_sa", "nn_twins", "lstm_sunspots")
+HERE_BUILT = ("resnet50", "efficientnetb0", "bert_base")
+
+# BERT-base: 12 blocks of width 768 (12 heads x 64), feed-forward 3072, sequence 128, WordPiece vocabulary
+BERT_BASE = dict(blocks=12, width=768, heads=12, ffn=3072, sequence=128, vocabulary=30_522)
+BERT_SMALL = dict(blocks=2, width=128, heads=2, ffn=512, sequence=32, vocabulary=1_000)
+
+
+@functools.cache
+def _example_builder() -> Any:
+    """models/build.py as a module (it chooses Keras quietly: KERAS_BACKEND must already say jax)."""
+    spec = importlib.util.spec_from_file_location("example_models", ROOT / "models" / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def resnet50(keras: Any, small: bool) -> Any:
+    size = 64 if small else 224
+    return keras.applications.ResNet50(weights=None, input_shape=(size, size, 3), classes=1000)
+
+
+def efficientnetb0(keras: Any, small: bool) -> Any:
+    size = 64 if small else 224
+    return keras.applications.EfficientNetB0(weights=None, input_shape=(size, size, 3), classes=1000)
+
+
+def bert_base(keras: Any, small: bool) -> Any:
+    """A BERT-base-sized post-norm encoder: Embedding, then blocks of attention + feed-forward, a 2-class head."""
+    s = BERT_SMALL if small else BERT_BASE
+    layers = keras.layers
+    tokens = keras.Input((s["sequence"],), dtype="int32", name="tokens")
+    x = layers.Embedding(s["vocabulary"], s["width"], name="token_embedding")(tokens)
+    for i in range(s["blocks"]):
+        attended = layers.MultiHeadAttention(s["heads"], s["width"] // s["heads"], name=f"block{i}_attention")(x, x)
+        x = layers.LayerNormalization(epsilon=1e-12, name=f"block{i}_attention_norm")(layers.Add()([x, attended]))
+        hidden = layers.Dense(s["ffn"], activation="gelu", name=f"block{i}_ffn_in")(x)
+        out = layers.Dense(s["width"], name=f"block{i}_ffn_out")(hidden)
+        x = layers.LayerNormalization(epsilon=1e-12, name=f"block{i}_ffn_norm")(layers.Add()([x, out]))
+    pooled = layers.GlobalAveragePooling1D(name="pool")(x)
+    outputs = layers.Dense(2, name="classifier")(pooled)
+    return keras.Model(tokens, outputs, name="bert_base")
+
+
+BUILDERS: dict[str, Callable[[Any, bool], Any]] = {
+    "resnet50": resnet50, "efficientnetb0": efficientnetb0, "bert_base": bert_base}
+
+
+def build(name: str, out_dir: Path, small: bool = False) -> Path:
+    """Build one model (fixed seed) and pickle it to OUT_DIR/NAME.pkl; returns the path."""
+    examples = _example_builder()
+    if name in examples.BUILDERS:
+        return Path(examples.build(name, out_dir))
+    keras = examples.keras
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(0)
+    model = BUILDERS[name](keras, small)
+    path = Path(out_dir) / f"{name}.pkl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".pkl.tmp")
+    with open(tmp, "wb") as f:
+        pickle.dump(model, f)
+    tmp.replace(path)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("names", nargs="+", choices=EXAMPLES + HERE_BUILT)
+    parser.add_argument("--small", action="store_true", help="the dry run's smaller sizes")
+    args = parser.parse_args(argv)
+    for name in args.names:
+        path = build(name, args.out_dir, args.small)
+        print(f"built {path} ({path.stat().st_size / 1e6:.1f} MB)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""What the GPU run hands back besides its log: the environment it ran in, and its profiles packed.
+
+The packed files: one tar.gz per group of models, re-written after each step of the group so that a
+run stopped from outside still leaves what it measured; with run.log, steps.log and environment.json
+that is 7 files, under the 8 a device call brings back.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import tarfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+EXAMPLES = ("cnn_flowers", "rnn_mnist", "rnn_sa", "nn_twins", "lstm_sunspots")
+MAX_FILES = 8  # the device tool brings back at most 8 files of 16 MiB
+MAX_FILE_BYTES = 15 * 1024 * 1024  # a MiB of margin under 16
+
+
+def environment_record(dry_run: bool, gpu: str, gpu_name: str, prices: dict[str, float]) -> dict[str, Any]:
+    """What ran: the GPU (nvidia-smi), driver and CUDA, the Python packages, the host."""
+    def command(*argv: str) -> str | None:
+        if shutil.which(argv[0]) is None:
+            return None
+        done = subprocess.run(list(argv), capture_output=True, text=True)
+        return (done.stdout or done.stderr).strip()
+
+    packages = {}
+    for name in ("jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt", "jax-cuda12-plugin", "keras", "numpy",
+                 "pandas", "scipy", "optree", "plotly", "ml-dtypes", "tensorflow"):
+        try:
+            packages[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            packages[name] = None
+    return {
+        "dry_run": dry_run, "gpu": gpu, "gpu_name": gpu_name, "python": platform.python_version(),
+        "platform": platform.platform(), "cpu_count": os.cpu_count(), "packages": packages, "prices_usd_per_hour": prices,
+        "nvidia_smi_query": command("nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm,"
+                                    "clocks.max.memory,power.limit,pci.bus_id", "--format=csv"),
+        "nvidia_smi": command("nvidia-smi"), "lscpu": command("lscpu"),
+    }
+
+
+GROUPS = {"examples": EXAMPLES, "resnet50": ("resnet50",), "efficientnetb0": ("efficientnetb0",),
+          "bert_base": ("bert_base",)}
+
+
+def groups_of(profile_names: list[str]) -> list[str]:
+    """The packed files profiles (named model/mode) go into."""
+    models = {name.split("/")[0] for name in profile_names}
+    return [g for g, members in GROUPS.items() if models & set(members)]
+
+
+def pack(profiles: Path, out: Path, group: str) -> Path | None:
+    """OUT/profiles-<group>.tar.gz of the group's profile folders (paths <gpu>/<model>/<mode>/...)."""
+    folders = [profiles / m for m in GROUPS[group] if (profiles / m).is_dir()]
+    if not folders:
+        return None
+    target = out / f"profiles-{group}.tar.gz"
+    tmp = target.with_suffix(".tmp")
+    _tar(tmp, folders, profiles.parent)
+    tmp.replace(target)
+    return target
+
+
+def _tar(target: Path, folders: list[Path], base: Path) -> None:
+    """tar.gz of the folders, paths from ``base`` (so they unpack as <gpu>/<model>/<mode>/...)."""
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        name = Path(info.name).name
+        return None if name in ("report.html", ".reserve", ".lock") else info
+
+    with tarfile.open(target, "w:gz") as tar:
+        for folder in folders:
+            tar.add(folder, arcname=str(folder.relative_to(base)), filter=keep)
