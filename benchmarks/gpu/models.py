@@ -3,7 +3,7 @@
     KERAS_BACKEND=jax python benchmarks/gpu/models.py OUT_DIR NAME... [--small]
 
 The example models come from models/build.py; ResNet50, EfficientNetB0 (keras.applications,
-``weights=None``) and a BERT-base-sized encoder are built here. Everything is plain Keras layers, so
+``weights=None``) are built here, and the BERT-base-sized encoder is models/build.py's `bert_encoder`. Everything is plain Keras layers, so
 it builds on the JAX backend with no TensorFlow installed (the GPU machines have none). ``--small``
 builds the same architectures smaller (64x64 images; 2 encoder blocks of width 128, sequence 32)
 for the CPU dry run, where the full sizes would take longer than a rehearsal should.
@@ -48,20 +48,8 @@ def efficientnetb0(keras: Any, small: bool) -> Any:
 
 
 def bert_base(keras: Any, small: bool) -> Any:
-    """A BERT-base-sized post-norm encoder: Embedding, then blocks of attention + feed-forward, a 2-class head."""
-    s = BERT_SMALL if small else BERT_BASE
-    layers = keras.layers
-    tokens = keras.Input((s["sequence"],), dtype="int32", name="tokens")
-    x = layers.Embedding(s["vocabulary"], s["width"], name="token_embedding")(tokens)
-    for i in range(s["blocks"]):
-        attended = layers.MultiHeadAttention(s["heads"], s["width"] // s["heads"], name=f"block{i}_attention")(x, x)
-        x = layers.LayerNormalization(epsilon=1e-12, name=f"block{i}_attention_norm")(layers.Add()([x, attended]))
-        hidden = layers.Dense(s["ffn"], activation="gelu", name=f"block{i}_ffn_in")(x)
-        out = layers.Dense(s["width"], name=f"block{i}_ffn_out")(hidden)
-        x = layers.LayerNormalization(epsilon=1e-12, name=f"block{i}_ffn_norm")(layers.Add()([x, out]))
-    pooled = layers.GlobalAveragePooling1D(name="pool")(x)
-    outputs = layers.Dense(2, name="classifier")(pooled)
-    return keras.Model(tokens, outputs, name="bert_base")
+    """models/build.py's BERT-base-sized encoder (the one CPU profiles are taken of), smaller for the dry run."""
+    return _example_builder().bert_encoder(**(BERT_SMALL if small else BERT_BASE))
 
 
 BUILDERS: dict[str, Callable[[Any, bool], Any]] = {
@@ -71,7 +59,7 @@ BUILDERS: dict[str, Callable[[Any, bool], Any]] = {
 def build(name: str, out_dir: Path, small: bool = False) -> Path:
     """Build one model (fixed seed) and pickle it to OUT_DIR/NAME.pkl; returns the path."""
     examples = _example_builder()
-    if name in examples.BUILDERS:
+    if name not in BUILDERS:  # models/build.py builds resnet50 and bert_base too, but only at full size
         return Path(examples.build(name, out_dir))
     keras = examples.keras
     keras.backend.clear_session()
