@@ -182,8 +182,11 @@ def build(name: str, out_dir: Path = HERE) -> Path:
     """Build one example model with fixed random weights and pickle it."""
     keras.backend.clear_session()  # fresh layer-name counters: dense, dense_1, ...
     keras.utils.set_random_seed(0)
-    model = BUILDERS[name]()
-    path = Path(out_dir) / f"{name}.pkl"
+    return save(BUILDERS[name](), Path(out_dir) / f"{name}.pkl")
+
+
+def save(model: keras.Model, path: Path) -> Path:
+    """Pickle ``model`` to ``path`` through a temporary file, so an interrupted build leaves no half file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".pkl.tmp")
     with open(tmp, "wb") as f:

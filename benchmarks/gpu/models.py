@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib.util
-import pickle
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -64,14 +63,7 @@ def build(name: str, out_dir: Path, small: bool = False) -> Path:
     keras = examples.keras
     keras.backend.clear_session()
     keras.utils.set_random_seed(0)
-    model = BUILDERS[name](keras, small)
-    path = Path(out_dir) / f"{name}.pkl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".pkl.tmp")
-    with open(tmp, "wb") as f:
-        pickle.dump(model, f)
-    tmp.replace(path)
-    return path
+    return examples.save(BUILDERS[name](keras, small), Path(out_dir) / f"{name}.pkl")
 
 
 def main(argv: list[str] | None = None) -> int:
