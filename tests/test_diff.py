@@ -22,6 +22,7 @@ import tbs
 from tbs.cli import cli
 from tbs.compare import verdict as v
 from tbs.errors import TbsError
+from tbs.units import is_number
 from tbs.testing import FakeClock, FakeDevice, FakeLayer, FakeModel, chain, fake_profile
 
 NOISE = 0.05  # relative spread of every fake call
@@ -324,3 +325,62 @@ def test_a_training_row_sums_its_phases():
     phases = {"forward": np.ones(5), "forward+backward": np.full(5, 3.0), "update": np.ones(5), "overlapped": np.ones(5)}
     assert sorted(v.row_phases(phases)) == ["forward+backward", "update"]
     assert v.log_ratio_error(v.row_phases(phases), v.row_phases(phases)) == 0.0
+
+
+def redrawn(profile: tbs.Profile, directory: Path, draw, slower: dict[str, float] | None = None) -> Path:
+    """Another run of ``profile`` made of its own raw samples, each cell's drawn by ``draw(values)`` and each
+    layer in ``slower`` that much slower, with its medians recomputed from them; saved as a profile."""
+    slower = slower or {}
+    samples = profile.samples.copy()
+    medians = {}
+    for key, group in samples.groupby(["target", "layer", "device", "batch_size", "phase"]):
+        drawn = draw(group["seconds_per_call"].to_numpy()) * slower.get(key[1], 1.0)
+        samples.loc[group.index, "seconds_per_call"] = drawn
+        medians[key[:4]] = float(np.median(drawn))
+
+    def redone(frame: pd.DataFrame, target: str) -> pd.DataFrame:
+        frame = frame.copy()
+        keys = [(target, r.get("layer", "(model)"), r["device"], r["batch_size"]) for r in frame.to_dict("records")]
+        frame["median_s"] = [medians.get(k, m) for k, m in zip(keys, frame["median_s"])]
+        frame["per_sample_s"] = frame["median_s"] / frame["batch_size"]
+        frame["cost_per_sample_usd"] = frame["per_sample_s"] * frame["usd_per_hour"] / 3600
+        return frame
+
+    again = dataclasses.replace(profile, samples=samples, summary=redone(profile.summary, "layer"),
+                                model=redone(profile.model, "model"))
+    return again.save(directory)
+
+
+@pytest.fixture(scope="module")
+def real_profile(tmp_path_factory) -> tbs.Profile:
+    """A real TensorFlow profile of three Dense(512) layers, each measured on its own."""
+    from keras_models import mlp_model
+
+    timing = tbs.TimingConfig(min_samples=5, cell_budget_seconds=0.05, min_block_seconds=0.001, min_span_seconds=0.0)
+    return tbs.profile(mlp_model(), batch_sizes=[16], prices={"cpu": 0.5}, timing=timing, progress=None, report=False,
+                       measure=tbs.MeasureConfig(analysis=False, dedupe=False),
+                       out=tmp_path_factory.mktemp("real") / "base")
+
+
+def test_real_profiles_redrawn_say_no_change_and_a_planted_slowdown_is_measured(real_profile, tmp_path):
+    """On real files: a run drawn again from the same samples is no change; the slowest layer's every sample 30%
+    longer is a 30% change, called slower exactly when its interval clears 0 (this machine's noise decides that)."""
+    rng = np.random.default_rng(1)
+    noise = redrawn(real_profile, tmp_path / "noise", lambda values: rng.choice(values, size=len(values)))
+    d = tbs.diff(real_profile, noise)
+    assert d.cells["verdict"].isin(["no change", "below resolution"]).all(), d.cells[["layer", "time_change", "p_value"]]
+    assert run(real_profile.directory, noise).exit_code == 0
+    layers = real_profile.summary.set_index("layer")["median_s"]
+    planted = str(layers.idxmax())
+    if not layers[planted] > 0:
+        pytest.skip("this machine's load left every layer below the harness's resolution")
+    slower = redrawn(real_profile, tmp_path / "slower", lambda values: values, slower={planted: 1.3})
+    d = tbs.diff(real_profile, slower)
+    row = cell(d, planted, "cpu:0", 16)
+    assert row["time_change"] == pytest.approx(0.3) and row["cost_change"] == pytest.approx(0.3)
+    if is_number(row["time_change_low"]):
+        assert row["time_change_low"] < 0.3 < row["time_change_high"]
+    assert (row["verdict"] == "slower") == (row["time_change_low"] > 0) and row["regression"] == (row["verdict"] == "slower")
+    assert d.cells.loc[d.cells["layer"] != planted, "verdict"].isin(["no change", "below resolution"]).all()
+    result = run(real_profile.directory, slower, "--format", "markdown", "--all")
+    assert result.exit_code == (1 if row["regression"] else 0) and f"| {planted} | cpu:0 | 16 |" in result.stdout

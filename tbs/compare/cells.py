@@ -119,8 +119,10 @@ def _cell(target: str, layer: str | None, base_layer: str | None, match: str, la
         return row
     pb = _phases(samples[0], target, rb, device, batch)
     pn = _phases(samples[1], target, rn, device, batch)
-    row.update(_judged(rb, rn, pb, pn, confidence))
-    row["cost_change"] = _change(row.get("base_cost_per_sample_usd"), row.get("new_cost_per_sample_usd"))
+    judged = _judged(rb, rn, pb, pn, confidence)
+    row.update(judged)
+    if "time_change" in judged:  # a cost change only where the times compare (not a 0 below resolution)
+        row["cost_change"] = _change(row.get("base_cost_per_sample_usd"), row.get("new_cost_per_sample_usd"))
     return row
 
 

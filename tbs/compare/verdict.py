@@ -23,6 +23,7 @@ spread is the row's.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Mapping
 
 import numpy as np
@@ -71,9 +72,11 @@ def log_ratio_error(base: Mapping[str, np.ndarray], new: Mapping[str, np.ndarray
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.log(new_s) - np.log(base_s)
 
-    result = stats.bootstrap(tuple(arrays), statistic, vectorized=True, paired=False, n_resamples=RESAMPLES,
-                             method="percentile", rng=np.random.default_rng(SEED))
-    error = float(result.standard_error)
+    with np.errstate(all="ignore"), warnings.catch_warnings():  # inf - inf where a resampled median is 0
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = stats.bootstrap(tuple(arrays), statistic, vectorized=True, paired=False, n_resamples=RESAMPLES,
+                                 method="percentile", rng=np.random.default_rng(SEED))
+        error = float(result.standard_error)
     return error if math.isfinite(error) else math.inf
 
 

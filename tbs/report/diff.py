@@ -28,7 +28,9 @@ def _percent(value: Any) -> str:
 
 def _interval(row: pd.Series) -> str:
     low, high = row.get("time_change_low"), row.get("time_change_high")
-    return f"{_percent(low)} .. {_percent(high)}" if is_number(low) and is_number(high) else ""
+    if is_number(low) and is_number(high):
+        return f"{_percent(low)} .. {_percent(high)}"
+    return "unbounded" if is_number(row.get("p_value")) else ""  # a resampled median of 0: no ratio holds
 
 
 def _verdict(row: pd.Series) -> str:
@@ -92,7 +94,7 @@ def _header(d: Diff) -> list[str]:
              f"{', '.join(map(str, d.batch_sizes)) or 'none in common'}"]
     lines += d.notes
     lines.append(f"Verdicts: the change in median time, its {d.confidence:.0%} interval from both sides' raw samples "
-                 f"(bootstrap); slower or faster only where significant across the {tested} cells tested "
+                 f"(bootstrap); slower or faster only where significant across the {tested} cell{'' if tested == 1 else 's'} tested "
                  f"(Benjamini-Hochberg); the gate ({'whole model only' if d.gate == 'model' else 'any cell'}): "
                  f"slower by more than {d.threshold:.0%}, or failing where BASE ran.")
     return lines
