@@ -204,10 +204,11 @@ def diff(base: Profile | PathLike, new: Profile | PathLike, *, threshold: float 
     if gate not in GATES:
         raise TbsError(f"gate={gate!r}: choose {' or '.join(map(repr, GATES))} (--gate)")
     force = checks.flag("force", force)
+    new_prices, discounts = checks.prices(prices), checks.spot(spot)
     sides = []
     for name, value in (("base", base), ("new", new)):
         loaded = _as_profile(value, name)
-        sides.append(reprice(loaded, checks.prices(prices), checks.spot(spot)) if prices or spot else loaded)
+        sides.append(reprice(loaded, new_prices, discounts) if new_prices or discounts else loaded)
     return _diff(sides[0], sides[1], threshold=float(threshold), confidence=float(confidence), force=force, gate=gate)
 
 
