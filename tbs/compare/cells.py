@@ -96,10 +96,11 @@ def _judged(rb: dict[str, Any], rn: dict[str, Any], pb: dict[str, np.ndarray], p
         return {"verdict": v.BELOW_RESOLUTION}
     if not pb or not pn:
         return {"verdict": v.NO_SAMPLES, "time_change": float(new_s) / float(base_s) - 1.0}
-    if min(len(a) for a in (*pb.values(), *pn.values())) < v.MIN_SAMPLES:
+    fewest = min(len(a) for a in (*pb.values(), *pn.values()))
+    if fewest < v.MIN_SAMPLES:
         return {"verdict": v.TOO_FEW, "time_change": float(new_s) / float(base_s) - 1.0}
     error = v.log_ratio_error(pb, pn)
-    change, low, high, p = v.change_interval(float(base_s), float(new_s), error, confidence)
+    change, low, high, p = v.change_interval(float(base_s), float(new_s), error, confidence, fewest)
     return {"time_change": change, "time_change_low": low, "time_change_high": high, "p_value": p}
 
 

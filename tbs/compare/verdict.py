@@ -4,9 +4,10 @@ Why this statistic. tbs summarises every cell by its median (timing samples are 
 have outliers), so the change a user reads is the ratio of the two medians, and that is what
 is tested. Its uncertainty comes from resampling each side's raw per-call samples
 (``scipy.stats.bootstrap``, independent samples, 1,000 resamples, a fixed seed so that a diff is
-reproducible): the bootstrap's standard error of log(new median / base median) gives a normal
-confidence interval of the change and a two-sided p-value from one and the same number, so a
-cell called slower always has its whole interval above zero. A rank test (Mann-Whitney U) would
+reproducible): the bootstrap's standard error of log(new median / base median), against Student's t
+with as many degrees of freedom as the fewer samples allow, gives the confidence interval of the
+change and a two-sided p-value from one and the same number, so a cell called slower always has its
+whole interval above zero. A rank test (Mann-Whitney U) would
 test another thing than the median a user sees, and its interval of a ratio needs a second method.
 
 Why a correction. A profile has hundreds of cells (layers x devices x batch sizes); at 95% each,
@@ -80,17 +81,25 @@ def log_ratio_error(base: Mapping[str, np.ndarray], new: Mapping[str, np.ndarray
     return error if math.isfinite(error) else math.inf
 
 
-def change_interval(base_s: float, new_s: float, error: float, confidence: float) -> tuple[float, float, float, float]:
-    """(change, ci_low, ci_high, p_value): the change new/base - 1, its interval, the two-sided p-value."""
+def change_interval(base_s: float, new_s: float, error: float, confidence: float,
+                    fewest: int) -> tuple[float, float, float, float]:
+    """(change, ci_low, ci_high, p_value): the change new/base - 1, its interval, the two-sided p-value.
+
+    The reference is Student's t with ``fewest`` - 1 degrees of freedom (the fewest samples of any phase
+    on either side), not the normal: the bootstrap's standard error of a median of 10 samples rests on
+    its few middle order statistics and is itself uncertain, and with the normal, pure noise over 300
+    cells of 10-15 samples was called changed after the correction in 6 families of 20 (t: none).
+    """
     estimate = math.log(new_s / base_s)
     change = new_s / base_s - 1.0
     if error == 0.0:
         return change, change, change, 1.0 if estimate == 0.0 else 0.0
     if not math.isfinite(error):
         return change, math.nan, math.nan, 1.0
-    z = float(stats.norm.ppf(0.5 + confidence / 2.0))
-    low, high = math.expm1(estimate - z * error), math.expm1(estimate + z * error)
-    return change, low, high, float(2.0 * stats.norm.sf(abs(estimate) / error))
+    df = max(fewest - 1, 1)
+    t = float(stats.t.ppf(0.5 + confidence / 2.0, df))
+    low, high = math.expm1(estimate - t * error), math.expm1(estimate + t * error)
+    return change, low, high, float(2.0 * stats.t.sf(abs(estimate) / error, df))
 
 
 def adjusted(p_values: list[float]) -> list[float]:
