@@ -144,8 +144,9 @@ def _predicted_rows(d: Diff) -> list[dict[str, str]]:
     return rows
 
 
-def _sections(d: Diff, every_cell: bool, table: Callable[[list[dict[str, str]]], str]) -> list[tuple[str, str]]:
-    """(title, body) of each section, in order, for one table format."""
+def _sections(d: Diff, every_cell: bool, table: Callable[[list[dict[str, str]]], str],
+              lines: Callable[[list[str]], str]) -> list[tuple[str, str]]:
+    """(title, body) of each section, in order, for one format's tables and lists of lines."""
     cells = d.cells
     priced = bool(cells["base_cost_per_sample_usd"].map(is_number).any() and
                   cells["new_cost_per_sample_usd"].map(is_number).any()) if len(cells) else False
@@ -155,17 +156,18 @@ def _sections(d: Diff, every_cell: bool, table: Callable[[list[dict[str, str]]],
     shown = _shown(layers, every_cell)
     hidden = layers.drop(shown.index)
     title = "Layers" + ("" if every_cell else ": the cells that changed")
-    body = table(_table_rows(shown, True, priced)) if len(shown) else "(no layer cell changed beyond noise)"
+    body = [table(_table_rows(shown, True, priced))] if len(shown) else []
     if len(hidden):
-        body += f"\n{len(hidden)} more cells not shown ({_counts(hidden)}); --all shows every cell"
-    out.append((title, body))
+        said = "No layer cell changed beyond noise" if shown.empty else f"{len(hidden)} more layer cells not shown"
+        body.append(lines([f"{said} ({_counts(hidden)}); --all shows every cell"]))
+    out.append((title, "\n\n".join(body) or "(no layer cell in common)"))
     unjudged = layers[layers["verdict"].isin(UNJUDGED)]
     if len(unjudged) and not every_cell:
-        out.append(("Cells without a verdict", _counts(unjudged) + ": a median of 0 is below what the harness "
-                    "resolves; a cell without raw samples or with fewer than 3 has nothing to test"))
+        out.append(("Cells without a verdict", lines([_counts(unjudged) + ": a median of 0 is below what the "
+                    "harness resolves; a cell without raw samples or with fewer than 3 has nothing to test"])))
     matching = _matching(d)
     if matching:
-        out.append(("Layers and cells only one side has", "\n".join(matching)))
+        out.append(("Layers and cells only one side has", lines(matching)))
     if len(d.predicted):
         out.append(("Predicted cells (not measured: the change of two predictions, no verdict)",
                     table(_predicted_rows(d))))
@@ -189,7 +191,7 @@ def _md_table(rows: list[dict[str, str]]) -> str:
 
 def render_text(d: Diff, every_cell: bool = False) -> str:
     lines = ["tbs diff", *_header(d), "", _gate_line(d)]
-    for title, body in _sections(d, every_cell, _text_table):
+    for title, body in _sections(d, every_cell, _text_table, "\n".join):
         lines += ["", title, body]
     return "\n".join(lines)
 
@@ -198,7 +200,7 @@ def render_markdown(d: Diff, every_cell: bool = False) -> str:
     gate = _gate_line(d)
     lines = [f"### tbs diff: {d.new.model}", "", f"**{gate}**" if d.regressed else gate, ""]
     lines += [f"- {line}" for line in _header(d)]
-    for title, body in _sections(d, every_cell, _md_table):
+    for title, body in _sections(d, every_cell, _md_table, lambda items: "\n".join(f"- {i}" for i in items)):
         lines += ["", f"#### {title}", "", body]
     return "\n".join(lines) + "\n"
 
