@@ -408,3 +408,22 @@ def test_a_training_row_is_judged_from_its_phases_samples(tmp_path):
     inference = fake_training_profile(tmp_path / "c", training=False)
     with pytest.raises(TbsError, match="mode: BASE is training, NEW is inference"):
         tbs.diff(base, inference)
+
+
+def test_a_cell_one_side_lacks_and_a_shared_row_judged_from_its_representative(loaded):
+    new = loaded["noise"]
+    summary = new.summary[~((new.summary["layer"] == "dense") & (new.summary["device"] == "gpu:0"))]
+    d = tbs.diff(loaded["base"], dataclasses.replace(new, summary=summary))  # as an interrupted run leaves it
+    assert cell(d, "dense", "gpu:0")["verdict"] == "only in base" and not d.regressed
+    # dense_1 measured once as dense's twin (tbs profile's dedupe): its samples are dense's
+    shared = new.summary.copy()
+    twin = shared["layer"] == "dense_1"
+    for column in ("median_s", "per_sample_s", "n"):
+        shared.loc[twin, column] = shared.loc[shared["layer"] == "dense", column].to_numpy()
+    shared["shared_with"] = shared["shared_with"].astype(object)
+    shared.loc[twin, "shared_with"] = "dense"
+    samples = new.samples[new.samples["layer"] != "dense_1"]
+    d = tbs.diff(loaded["base"], dataclasses.replace(new, summary=shared, samples=samples))
+    row, representative = cell(d, "dense_1"), cell(d, "dense")
+    assert row["verdict"] == representative["verdict"] != "no samples"
+    assert row["p_value"] != representative["p_value"]  # each against its own BASE row
