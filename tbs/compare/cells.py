@@ -135,21 +135,20 @@ def compare_cells(base: Profile, new: Profile, matches: pd.DataFrame, devices: l
     model_b, model_n = _rows_by(base.model, ["device", "batch_size"]), _rows_by(new.model, ["device", "batch_size"])
     layers_b = _rows_by(base.summary, ["layer", "device", "batch_size"])
     layers_n = _rows_by(new.summary, ["layer", "device", "batch_size"])
+    pairs = [(m["base_layer"] if named(m["base_layer"]) else None, m["new_layer"] if named(m["new_layer"]) else None,
+              m["match"], m["layer_type"]) for m in matches.to_dict("records")]
     for batch in batches:
         for device in devices:
             rb, rn = model_b.get((device, batch)), model_n.get((device, batch))
             if rb is not None or rn is not None:
                 rows.append(_cell("model", MODEL_LAYER, MODEL_LAYER, SAME, None, device, batch, rb, rn, samples,
                                   confidence))
-            for m in matches.to_dict("records"):
-                b_name = m["base_layer"] if named(m["base_layer"]) else None
-                n_name = m["new_layer"] if named(m["new_layer"]) else None
+            for b_name, n_name, match, layer_type in pairs:
                 rb = layers_b.get((b_name, device, batch)) if b_name else None
                 rn = layers_n.get((n_name, device, batch)) if n_name else None
-                if rb is None and rn is None:
-                    continue
-                rows.append(_cell("layer", n_name, b_name, m["match"], m["layer_type"], device, batch, rb, rn,
-                                  samples, confidence))
+                if rb is not None or rn is not None:
+                    rows.append(_cell("layer", n_name, b_name, match, layer_type, device, batch, rb, rn, samples,
+                                      confidence))
     return pd.DataFrame(rows, columns=CELL_COLUMNS)
 
 
