@@ -60,6 +60,7 @@ def fakes(tmp_path_factory) -> dict[str, Path]:
         "base": (BASE_SCRIPT, 11), "noise": (BASE_SCRIPT, 12), "slower": ({"dense": 1e-4, "dense_1": 1.3e-4}, 13),
         # 30% more on a layer that is a tenth of the model: the model is about 3% slower
         "small_layer": ({"dense": 9e-4, "dense_1": 1e-4}, 4), "small_layer_slower": ({"dense": 9e-4, "dense_1": 1.3e-4}, 5),
+        "all_slower": ({"dense": 1.5e-4, "dense_1": 1.5e-4}, 14),  # a busier machine: every layer moves
     }
     for name, (script, seed) in made.items():
         noisy_profile(root / name, script, seed)
@@ -427,3 +428,11 @@ def test_a_cell_one_side_lacks_and_a_shared_row_judged_from_its_representative(l
     row, representative = cell(d, "dense_1"), cell(d, "dense")
     assert row["verdict"] == representative["verdict"] != "no samples"
     assert row["p_value"] != representative["p_value"]  # each against its own BASE row
+
+
+def test_every_layer_moving_together_is_said_to_be_the_machine_more_likely(loaded):
+    d = tbs.diff(loaded["base"], loaded["all_slower"])
+    assert d.regressed  # the verdicts stand: the samples say slower
+    assert any(note.startswith("Every layer moved together (100% of the 4 layer cells tested") for note in d.notes)
+    assert not any("moved together" in note for note in tbs.diff(loaded["base"], loaded["slower"]).notes)
+    assert not any("moved together" in note for note in tbs.diff(loaded["base"], loaded["noise"]).notes)

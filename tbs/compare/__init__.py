@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from tbs.compare import settings
-from tbs.compare.cells import batches_of, compare_cells, compare_predicted, devices_of, judge, only
+from tbs.compare.cells import batches_of, common_shift, compare_cells, compare_predicted, devices_of, judge, only
 from tbs.compare.layers import match_layers
 from tbs.errors import TbsError
 from tbs.profiles.profile import Profile
@@ -89,6 +89,8 @@ def diff(base: Profile, new: Profile, *, threshold: float = 0.10, confidence: fl
     matches = match_layers(base, new)
     cells = judge(compare_cells(base, new, matches, devices, batches, confidence), confidence, threshold)
     different, machine = settings.machine_notes(base, new, devices)
+    shift = common_shift(cells)
+    machine += [shift] if shift else []
     return Diff(
         base=_side(base), new=_side(new), cells=cells, layers=matches,
         predicted=compare_predicted(base, new, matches), devices=devices, batch_sizes=batches,

@@ -192,3 +192,20 @@ def only(mine: Iterable[Any], theirs: Iterable[Any]) -> list[Any]:
     other = set(theirs)
     return [x for x in mine if x not in other]
 
+
+
+def common_shift(cells: pd.DataFrame, least: int = 3, agreeing: float = 0.8, size: float = 0.05) -> str | None:
+    """A note when the layers all moved together: a machine that was busier (or clocked lower) in one run
+    moves every cell, which a change to a model rarely does; None when they did not."""
+    tested = cells[(cells["target"] == "layer") & cells["time_change_low"].notna()]  # a bounded interval
+    if len(tested) < least:
+        return None
+    changes = tested["time_change"].astype(float)
+    median = float(changes.median())
+    # moved with the rest: the same way, by at least half as much (one layer slower leaves the others near 0)
+    together = float(((np.sign(changes) == np.sign(median)) & (changes.abs() >= abs(median) / 2)).mean())
+    if abs(median) < size or together < agreeing:
+        return None
+    return (f"Every layer moved together ({together:.0%} of the {len(tested)} layer cells tested, median change "
+            f"{median:+.1%}): more likely the machine's load or clock in one run than the change under review; "
+            f"profile both on a quiet machine, one after the other")
