@@ -21,6 +21,7 @@ import pandas as pd
 from tbs import backends, checks
 from tbs.backends.base import Device
 from tbs.cost.prices import load_price_file
+from tbs.compare import Diff
 from tbs.cost.reprice import reprice
 from tbs.errors import ProfileError, StorageError, TbsError
 from tbs.errors import warn as _warn
@@ -37,7 +38,7 @@ from tbs.report.groups import DEFAULT_TOP
 from tbs.place.verify import Verification, verify_recommendation
 from tbs.run import Run, RunOptions, custom_object_dict
 
-__all__ = ["profile", "load", "recommend", "verify", "render", "devices", "predict", "cluster_groups",
+__all__ = ["profile", "load", "recommend", "verify", "render", "devices", "predict", "diff", "cluster_groups",
            "placement_for_report"]
 
 PathLike = str | os.PathLike
@@ -182,6 +183,35 @@ def _as_profile(profile: Any, name: str = "profile") -> Profile:
     return load(profile)
 
 
+def diff(base: Profile | PathLike, new: Profile | PathLike, *, threshold: float = 0.10, confidence: float = 0.95,
+         force: bool = False, gate: str = "all", prices: str | Mapping[str, float] | None = None,
+         spot: str | Mapping[str, float] | None = None) -> Diff:
+    """``new`` against ``base``: per layer, device and batch, and whole, the change beyond noise (a ``tbs.Diff``).
+
+    ``threshold`` (a fraction: 0.10 is 10%) and ``gate`` ('all' cells or only the whole 'model') decide
+    ``Diff.regressed``: a cell slower beyond noise by more than the threshold, or failing where BASE ran.
+    ``confidence`` is the level of every interval and of the verdicts (corrected for the number of cells).
+    Profiles measured in another mode, backend or input are refused unless ``force``. ``prices``/``spot``
+    re-price both sides alike. Render it with ``tbs.render(d, "text" | "markdown" | "json")``.
+    """
+    from tbs.compare import GATES
+    from tbs.compare import diff as _diff
+
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold < 100:
+        raise TbsError(f"threshold={threshold!r}: give a fraction of 0 or more, e.g. 0.10 for 10% (--threshold 10%)")
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.5 <= confidence < 1:
+        raise TbsError(f"confidence={confidence!r}: give a level between 0.5 and 1, e.g. 0.95 (--confidence)")
+    if gate not in GATES:
+        raise TbsError(f"gate={gate!r}: choose {' or '.join(map(repr, GATES))} (--gate)")
+    force = checks.flag("force", force)
+    new_prices, discounts = checks.prices(prices), checks.spot(spot)
+    sides = []
+    for name, value in (("base", base), ("new", new)):
+        loaded = _as_profile(value, name)
+        sides.append(reprice(loaded, new_prices, discounts) if new_prices or discounts else loaded)
+    return _diff(sides[0], sides[1], threshold=float(threshold), confidence=float(confidence), force=force, gate=gate)
+
+
 def predict(profile: Profile | PathLike, devices: str | Sequence[str], *, source: str | None = None,
             catalog: PathLike | None = None, prices: str | Mapping[str, float] | None = None) -> Profile:
     """The profile with predicted cells for catalog devices it did not measure (``profile.predictions``).
@@ -300,7 +330,7 @@ def placement_for_report(profile: Profile) -> Recommendation | str:
         return f"No recommendation: {exc}"
 
 
-def render(profile: Profile | PathLike | None, fmt: str = "text", *, recommendation: Recommendation | str | None = None,
+def render(profile: Profile | Diff | PathLike | None, fmt: str = "text", *, recommendation: Recommendation | str | None = None,
            dataset_size: int | None = None, compare: Profile | PathLike | None = None,
            compare_recommendation: Recommendation | str | None = None, top: int | None = DEFAULT_TOP,
            group: str | None = None) -> str:
@@ -315,7 +345,16 @@ def render(profile: Profile | PathLike | None, fmt: str = "text", *, recommendat
 
     ``compare`` is a profile of the same model in the other mode (inference against training):
     both are shown, with the layers whose cheapest device differs between them.
+
+    A ``tbs.Diff`` (``tbs.diff``) renders as text, markdown or json: the cells that changed, or every
+    cell with ``top=None``.
     """
+    if isinstance(profile, Diff):
+        from tbs.report import diff as diff_report
+
+        if fmt not in diff_report.FORMATS:
+            raise TbsError(f"fmt={fmt!r}: a tbs.Diff renders as {', '.join(diff_report.FORMATS)}")
+        return diff_report.render(profile, fmt, every_cell=top is None)
     if not isinstance(fmt, str):
         raise TbsError(f"fmt={fmt!r}: give a format name: text, html, json, csv or predicted")
     for name, value in (("recommendation", recommendation), ("compare_recommendation", compare_recommendation)):

@@ -17,7 +17,7 @@ from tbs import api
 from tbs.backends import BACKENDS
 from tbs.backends import DEFAULT as DEFAULT_BACKEND
 from tbs.backends.base import parse_device_tokens
-from tbs.cli.options import EXIT_INTERRUPTED, BatchSizes, Parsed, TbsGroup
+from tbs.cli.options import EXIT_INTERRUPTED, BatchSizes, Parsed, Percent, TbsGroup
 from tbs.cost.prices import parse_prices, parse_spot
 from tbs.errors import StorageError, TbsError
 from tbs.profiles.files import write_text_atomic
@@ -220,6 +220,38 @@ def predict(directory: Path, targets: str, source: str | None, catalog: Path | N
     click.echo(api.render(result, "predicted"))
     click.echo(f"\nPredictions saved in {path} (source=predicted; tbs report shows them apart; "
                f"tbs recommend --include-predicted uses them)")
+
+
+@cli.command()
+@click.argument("base", metavar="BASE", type=click.Path(path_type=Path))
+@click.argument("new", metavar="NEW", type=click.Path(path_type=Path))
+@click.option("--threshold", type=Percent(), default="10%", show_default=True,
+              help="Exit 1 when a cell is slower than this beyond noise (or fails where BASE ran).")
+@click.option("--gate", type=click.Choice(["all", "model"]), default="all", show_default=True,
+              help="What the threshold gates: every cell, or only the whole model.")
+@click.option("--confidence", type=click.FloatRange(min=0.5, max=1.0, max_open=True), default=0.95,
+              show_default=True, help="Level of the intervals and of the verdicts (corrected for the number of cells).")
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text", show_default=True,
+              help="markdown: for a CI comment; json: every cell.")
+@click.option("--all", "every_cell", is_flag=True, help="Show every layer cell, not only those that changed.")
+@click.option("--force", is_flag=True, help="Compare profiles measured with different settings (mode, backend, "
+                                            "XLA, input) anyway.")
+@click.option("--cost", "prices", type=PRICES, default=None, help="Price both sides alike (as for tbs report).")
+@click.option("--spot", type=SPOT_DISCOUNTS, default=None, help="Spot/preemptible discount for both sides, e.g. tpu=0.7.")
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Write the output to this file instead of the terminal (the exit code is the same).")
+def diff(base: Path, new: Path, threshold: float, gate: str, confidence: float, fmt: str, every_cell: bool,
+         force: bool, prices: dict[str, float] | None, spot: dict[str, float] | None, output: Path | None) -> int:
+    """Compare NEW against BASE per layer, device and batch; exit 1 on a regression beyond --threshold."""
+    result = api.diff(base, new, threshold=threshold, confidence=confidence, force=force, gate=gate, prices=prices,
+                      spot=spot)
+    text = api.render(result, fmt, top=None if every_cell else DEFAULT_TOP)
+    if output is None:
+        click.echo(text.rstrip("\n"))
+    else:
+        write_text_atomic(output, text, "choose another -o")
+        click.echo(f"Diff written to {output}" + (" (regression)" if result.regressed else ""))
+    return 1 if result.regressed else 0
 
 
 @cli.command()

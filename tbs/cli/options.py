@@ -87,3 +87,21 @@ class Parsed(click.ParamType):
 
     def convert(self, value: Any, param: Any, ctx: Any) -> Any:
         return value if isinstance(value, (dict, list)) else self.parse(str(value))
+
+
+class Percent(click.ParamType):
+    """A percentage, written 10 or 10%; the value is the fraction (0.1)."""
+
+    name = "PERCENT"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        if isinstance(value, float):
+            return value
+        text = str(value).strip()
+        try:
+            number = float(text[:-1] if text.endswith("%") else text)
+        except ValueError:
+            self.fail(f"'{value}' is not a percentage; write e.g. 10% (or 10)", param, ctx)
+        if not 0 <= number < 10000:
+            self.fail(f"{value} is not a percentage from 0 up; write e.g. 10%", param, ctx)
+        return number / 100.0
