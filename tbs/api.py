@@ -61,8 +61,8 @@ def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Seque
     adds the cost of one pass over the data to the report. ``measure`` (a ``tbs.MeasureConfig``)
     says what else is measured and how programs are built: the compiler's analysis, identical
     calls measured once (``shared_with`` names the row they share), the largest batch confirmed
-    by real calls, XLA for TensorFlow, the synthetic inputs' seed; ``timing`` (a
-    ``tbs.TimingConfig``) how each time is taken. Each device's memory per batch is fitted from
+    by real calls, XLA on a backend that does not always compile with it, the synthetic inputs'
+    seed; ``timing`` (a ``tbs.TimingConfig``) how each time is taken. Each device's memory per batch is fitted from
     the compiled programs, with the largest batch it allows (``metadata["capacity"]``).
     Ctrl-C stops after the current sample and returns what was measured, marked
     ``interrupted`` (``resume=True`` finishes it); a second Ctrl-C stops at once.
@@ -287,7 +287,7 @@ def placement_for_report(profile: Profile) -> Recommendation | str:
     devices = sorted(profile.summary["device"].dropna().unique()) if len(profile.summary) else []
     if len(devices) < 2:
         return "One device profiled: nothing to place. Profile two or more devices."
-    programs = {(str((e.get("host") or {}).get("hostname")), e.get("backend") or "tensorflow")
+    programs = {(str((e.get("host") or {}).get("hostname")), e.get("backend") or backends.DEFAULT)
                 for e in profile.meta.environments}
     if len(programs) > 1:
         return ("These profiles come from different machines or backends, and a placement splits one model "

@@ -1,8 +1,8 @@
 """The commands: parse flags, call the API, print and write what it returns.
 
 Every user mistake is a TbsError or a click usage error and ends as one line on
-stderr with exit code 2. TensorFlow is imported only after the arguments and
-files have been checked, so those errors come back at once.
+stderr with exit code 2. The backend's framework is imported only after the arguments
+and files have been checked, so those errors come back at once.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from tbs import api
-from tbs.backends import BACKENDS
+from tbs.backends import BACKENDS, REGISTRY
 from tbs.backends import DEFAULT as DEFAULT_BACKEND
 from tbs.backends.base import parse_device_tokens
 from tbs.cli.options import EXIT_INTERRUPTED, BatchSizes, Parsed, TbsGroup
@@ -31,6 +31,10 @@ from tbs.units import is_number
 PRICES = Parsed("KIND=USD_PER_HOUR[,...]", parse_prices)
 SPOT_DISCOUNTS = Parsed("DEVICE=FRACTION[,...]", parse_spot)
 DEVICE_TOKENS = Parsed("cpu,gpu,tpu", parse_device_tokens)
+BACKEND_HELP = "Keras backend that runs the model (" + "; ".join(
+    f"{b.name}: {b.install}" + ("" if b.string_ops else ", no string ops") for b in REGISTRY.values()) + ")."
+XLA_HELP = ("Compile with XLA (jit_compile=True) instead of the backend's graphs. Always on for: "
+            + ", ".join(b.name for b in REGISTRY.values() if b.always_xla) + ".")
 NO_SAFE_MODE_HELP = "Load a .keras or .h5 file that runs arbitrary code (Lambda layers); only for files you trust."
 
 
@@ -71,9 +75,8 @@ def _training(training: bool, loss: str | None, optimizer: str | None) -> Traini
               help="Profile directory. Default: profiles/<model file name>.")
 @click.option("--resume", is_flag=True, help="Finish an interrupted profile, measuring only missing cells.")
 @click.option("--backend", type=click.Choice(BACKENDS), default=DEFAULT_BACKEND, show_default=True,
-              help="Keras backend that runs the model (jax: pip install 'tbs[jax]').")
-@click.option("--xla", is_flag=True, help="TensorFlow: compile with XLA (jit_compile=True) instead of graphs. "
-                                          "JAX always compiles with XLA.")
+              help=BACKEND_HELP)
+@click.option("--xla", is_flag=True, help=XLA_HELP)
 @click.option("--no-safe-mode", is_flag=True, help=NO_SAFE_MODE_HELP)
 @click.option("--min-samples", type=click.IntRange(min=3), default=10, show_default=True,
               help="Least timed samples per cell.")
