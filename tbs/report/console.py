@@ -142,14 +142,28 @@ def batch_table(profile: Profile, batch_size: int, top: int | None = DEFAULT_TOP
     priced = summary["cost_per_sample_usd"].map(is_number).any() if not summary.empty else False
     rows, caption = (_group_rows(profile, summary, devices, priced, group, top) if group
                      else _layer_rows(profile, summary, devices, priced, top))
-    key = group or "layer"
     model = with_layer_sums(profile.summary, profile.model)
     model = model[model["batch_size"] == batch_size] if not model.empty else model
+    rows += _total_rows(profile, model, devices, group)
     training = profile.mode == "training"
-    whole = "whole train step" if training else "whole model"
+    header = f"batch {batch_size}: {'train step (forward+backward+update) ' if training else ''}time per sample"
+    if priced:
+        header += " and cost per 1M samples"
+    legend = ("* fastest  $ cheapest  (~ / ≈$: tied within confidence intervals)  [status] where not ok"
+              if len(devices) > 1 else "[status] where not ok")
+    table = pd.DataFrame(rows).to_string(index=False) if rows else "(nothing measured)"
+    lines = [header + caption, table] + ([] if group else [legend])
+    return "\n".join(lines + _whole_model_lines(model, "whole train step" if training else "whole model"))
+
+
+def _total_rows(profile: Profile, model: pd.DataFrame, devices: list[str], group: str | None) -> list[dict[str, str]]:
+    """The table's last two rows: Σ layers (with how many were summed where some failed) and the whole model."""
+    training = profile.mode == "training"
+    key = group or "layer"
     skipped = set(not_in_step(profile))
+    rows = []
     for label, column in (("Σ layers + loss" if training else "Σ layers", "layers_sum_per_sample_s"),
-                          (whole, "per_sample_s")):
+                          ("whole train step" if training else "whole model", "per_sample_s")):
         line = {key: label, "layers" if group else "category": ""}
         for device in devices:
             cell = model[model["device"] == device] if not model.empty else model
@@ -163,13 +177,12 @@ def batch_table(profile: Profile, batch_size: int, top: int | None = DEFAULT_TOP
                 if measured < summed:  # failed layers are not in the sum: say so
                     line[device] += f" ({measured} of {summed} layers)"
         rows.append(line)
-    header = f"batch {batch_size}: {'train step (forward+backward+update) ' if training else ''}time per sample"
-    if priced:
-        header += " and cost per 1M samples"
-    legend = ("* fastest  $ cheapest  (~ / ≈$: tied within confidence intervals)  [status] where not ok"
-              if len(devices) > 1 else "[status] where not ok")
-    table = pd.DataFrame(rows).to_string(index=False) if rows else "(nothing measured)"
-    lines = [header + caption, table] + ([] if group else [legend])
+    return rows
+
+
+def _whole_model_lines(model: pd.DataFrame, whole: str) -> list[str]:
+    """Per device: the whole model's time per call with its fixed costs apart, or why it has none."""
+    lines = []
     for _, m in (model.iterrows() if not model.empty else []):
         if is_number(m.get("median_s")):
             lines.append(
@@ -180,7 +193,7 @@ def batch_table(profile: Profile, batch_size: int, top: int | None = DEFAULT_TOP
             )
         else:
             lines.append(f"{m['device']}: {whole} {m.get('status')}: {m.get('reason')}")
-    return "\n".join(lines)
+    return lines
 
 
 def overlap_note(model_row: pd.Series) -> str:
