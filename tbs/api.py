@@ -301,9 +301,10 @@ def placement_for_report(profile: Profile) -> Recommendation | str:
 
 
 def render(profile: Profile | PathLike | None, fmt: str = "text", *, recommendation: Recommendation | str | None = None,
-           dataset_size: int | None = None, compare: Profile | PathLike | None = None,
-           compare_recommendation: Recommendation | str | None = None, top: int | None = DEFAULT_TOP,
-           group: str | None = None) -> str:
+           dataset_size: int | None = None, other_mode: Profile | PathLike | None = None,
+           other_mode_recommendation: Recommendation | str | None = None, top: int | None = DEFAULT_TOP,
+           group: str | None = None, compare: Profile | PathLike | None = None,
+           compare_recommendation: Recommendation | str | None = None) -> str:
     """``fmt``: text, html (self-contained), json or csv. Returns the text; nothing is measured or solved.
 
     ``top``: text and html show that many heaviest layers and fold the rest into one line
@@ -311,19 +312,33 @@ def render(profile: Profile | PathLike | None, fmt: str = "text", *, recommendat
     the text's totals per layer kind or per block instead of the layers.
 
     ``dataset_size`` adds the cost of a workload of that many samples (one epoch in training);
-    by default the size the profile recorded (``tbs.profile(dataset_size=...)``, ``--samples``).
+    by default the size the profile recorded (``tbs.profile(dataset_size=...)``, ``--dataset-size``).
 
-    ``compare`` is a profile of the same model in the other mode (inference against training):
-    both are shown, with the layers whose cheapest device differs between them.
+    ``other_mode`` is a profile of the same model in the other mode (inference against training):
+    both are shown, with the layers whose cheapest device differs between them;
+    ``other_mode_recommendation`` is its placement. ``compare`` and ``compare_recommendation``
+    are their old names, still accepted.
     """
     if not isinstance(fmt, str):
         raise TbsError(f"fmt={fmt!r}: give a format name: text, html, json, csv or predicted")
-    for name, value in (("recommendation", recommendation), ("compare_recommendation", compare_recommendation)):
+    other_mode, other_name = _renamed("other_mode", other_mode, "compare", compare)
+    other_rec, rec_name = _renamed("other_mode_recommendation", other_mode_recommendation,
+                                   "compare_recommendation", compare_recommendation)
+    for name, value in (("recommendation", recommendation), (rec_name, other_rec)):
         if value is not None and not isinstance(value, (Recommendation, str)):
             raise TbsError(f"{name}: give a tbs.Recommendation (from tbs.recommend), not {type(value).__name__}")
     return _render(None if profile is None else _as_profile(profile), fmt, recommendation, checks.dataset_size(dataset_size),
-                   compare=None if compare is None else _as_profile(compare, "compare"),
-                   compare_recommendation=compare_recommendation, top=top, group=group)
+                   other_mode=None if other_mode is None else _as_profile(other_mode, other_name),
+                   other_mode_recommendation=other_rec, top=top, group=group)
+
+
+def _renamed(name: str, value: Any, old_name: str, old_value: Any) -> tuple[Any, str]:
+    """An argument given by its name or its old name (not both), and the name it was given by."""
+    if old_value is None:
+        return value, name
+    if value is not None:
+        raise TbsError(f"{old_name}= is the old name of {name}=: give one of them")
+    return old_value, old_name
 
 
 def devices(backend: str | Sequence[str] | None = None) -> pd.DataFrame:

@@ -301,7 +301,7 @@ class Metadata:
     # loss (name, source, serialized, weights), optimizer (name, config, source), backward_method, targets,
     # and note: why the model's own compile() was not used where it could not be restored
     training: dict[str, Any] = field(default_factory=dict)
-    samples: int | None = None  # the dataset's size (tbs.profile(dataset_size=), --samples): the cost per epoch
+    samples: int | None = None  # the dataset's size (tbs.profile(dataset_size=), --dataset-size): the cost per epoch
     batch_sizes: list[int] = field(default_factory=list)
     devices: list[dict[str, Any]] = field(default_factory=list)
     devices_missing: dict[str, str] = field(default_factory=dict)
