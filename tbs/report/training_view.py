@@ -21,7 +21,7 @@ from tbs.units import PER_MILLION, format_bytes, format_seconds, format_usd, is_
 def samples_per_epoch(data: ReportData) -> int | None:
     """N, the samples in one epoch: ``--dataset-size``, else what the profile recorded; None when unknown."""
     meta = data.profile.meta
-    n = data.dataset_size or meta.samples or meta.training.get("samples_per_epoch")
+    n = data.dataset_size or meta.samples
     return int(n) if is_number(n) and n else None
 
 
