@@ -108,7 +108,8 @@ def profile(model_path: Path, out_dir: Path | None, min_samples: int, target_ci:
         result = api.profile(
             model_path, options["batch_sizes"], options["device_tokens"], options["prices"],
             training=_training(options["training"], options["loss"], options["optimizer"]),
-            dataset_size=pick_dataset_size(options["dataset_size"], options["old_samples"]), backend=options["backend"], input=options["input_path"],
+            dataset_size=pick_dataset_size(options["dataset_size"], options["old_samples"]),
+            backend=options["backend"], input=options["input_path"],
             custom_objects=list(options["custom_files"]) or None, safe_mode=not no_safe_mode, out=directory,
             resume=options["resume"], measure=measure, timing=timing, progress=TerminalProgress(),
             cluster=options["cluster"])
@@ -160,8 +161,8 @@ def report(directories: tuple[Path, ...], prices: dict[str, float] | None, spot:
         click.echo(text.rstrip("\n") if fmt == "csv" else text)
         return
     page = api.render(result, "html", recommendation=api.placement_for_report(result), dataset_size=dataset_size,
-                      other_mode=other, other_mode_recommendation=None if other is None else api.placement_for_report(other),
-                      top=shown)
+                      other_mode=other, top=shown,
+                      other_mode_recommendation=None if other is None else api.placement_for_report(other))
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

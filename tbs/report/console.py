@@ -11,8 +11,8 @@ from tbs.place.recommend import Recommendation, saving
 from tbs.place.verify import Verification
 from tbs.schema import MEASURED, NOT_MEASURED, Status
 from tbs.units import PER_MILLION, format_seconds, format_usd, is_number
-from tbs.report.vocabulary import (INACTIVE_MARK, NOT_IN_STEP_MARK, NOT_IN_STEP_MEANING, capacity_line, comparison_table,
-                                   inactive_layers, inactive_meaning, not_in_step)
+from tbs.report.vocabulary import (INACTIVE_MARK, NOT_IN_STEP_MARK, NOT_IN_STEP_MEANING, capacity_line,
+                                   comparison_table, inactive_layers, inactive_meaning, not_in_step)
 
 
 
