@@ -62,8 +62,8 @@ def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Seque
     adds the cost of one pass over the data to the report. ``measure`` (a ``tbs.MeasureConfig``)
     says what else is measured and how programs are built: the compiler's analysis, identical
     calls measured once (``shared_with`` names the row they share), the largest batch confirmed
-    by real calls, XLA for TensorFlow, the synthetic inputs' seed; ``timing`` (a
-    ``tbs.TimingConfig``) how each time is taken. Each device's memory per batch is fitted from
+    by real calls, XLA on a backend that does not always compile with it, the synthetic inputs'
+    seed; ``timing`` (a ``tbs.TimingConfig``) how each time is taken. Each device's memory per batch is fitted from
     the compiled programs, with the largest batch it allows (``metadata["capacity"]``).
     Ctrl-C stops after the current sample and returns what was measured, marked
     ``interrupted`` (``resume=True`` finishes it); a second Ctrl-C stops at once.
@@ -317,7 +317,7 @@ def placement_for_report(profile: Profile) -> Recommendation | str:
     devices = sorted(profile.summary["device"].dropna().unique()) if len(profile.summary) else []
     if len(devices) < 2:
         return "One device profiled: nothing to place. Profile two or more devices."
-    programs = {(str((e.get("host") or {}).get("hostname")), e.get("backend") or "tensorflow")
+    programs = {(str((e.get("host") or {}).get("hostname")), e.get("backend") or backends.DEFAULT)
                 for e in profile.meta.environments}
     if len(programs) > 1:
         return ("These profiles come from different machines or backends, and a placement splits one model "
@@ -331,9 +331,10 @@ def placement_for_report(profile: Profile) -> Recommendation | str:
 
 
 def render(profile: Profile | Diff | PathLike | None, fmt: str = "text", *, recommendation: Recommendation | str | None = None,
-           dataset_size: int | None = None, compare: Profile | PathLike | None = None,
-           compare_recommendation: Recommendation | str | None = None, top: int | None = DEFAULT_TOP,
-           group: str | None = None) -> str:
+           dataset_size: int | None = None, other_mode: Profile | PathLike | None = None,
+           other_mode_recommendation: Recommendation | str | None = None, top: int | None = DEFAULT_TOP,
+           group: str | None = None, compare: Profile | PathLike | None = None,
+           compare_recommendation: Recommendation | str | None = None) -> str:
     """``fmt``: text, html (self-contained), json or csv. Returns the text; nothing is measured or solved.
 
     ``top``: text and html show that many heaviest layers and fold the rest into one line
@@ -341,10 +342,12 @@ def render(profile: Profile | Diff | PathLike | None, fmt: str = "text", *, reco
     the text's totals per layer kind or per block instead of the layers.
 
     ``dataset_size`` adds the cost of a workload of that many samples (one epoch in training);
-    by default the size the profile recorded (``tbs.profile(dataset_size=...)``, ``--samples``).
+    by default the size the profile recorded (``tbs.profile(dataset_size=...)``, ``--dataset-size``).
 
-    ``compare`` is a profile of the same model in the other mode (inference against training):
-    both are shown, with the layers whose cheapest device differs between them.
+    ``other_mode`` is a profile of the same model in the other mode (inference against training):
+    both are shown, with the layers whose cheapest device differs between them;
+    ``other_mode_recommendation`` is its placement. ``compare`` and ``compare_recommendation``
+    are their old names, still accepted.
 
     A ``tbs.Diff`` (``tbs.diff``) renders as text, markdown or json: the cells that changed, or every
     cell with ``top=None``.
@@ -357,12 +360,24 @@ def render(profile: Profile | Diff | PathLike | None, fmt: str = "text", *, reco
         return diff_report.render(profile, fmt, every_cell=top is None)
     if not isinstance(fmt, str):
         raise TbsError(f"fmt={fmt!r}: give a format name: text, html, json, csv or predicted")
-    for name, value in (("recommendation", recommendation), ("compare_recommendation", compare_recommendation)):
+    other_mode, other_name = _renamed("other_mode", other_mode, "compare", compare)
+    other_rec, rec_name = _renamed("other_mode_recommendation", other_mode_recommendation,
+                                   "compare_recommendation", compare_recommendation)
+    for name, value in (("recommendation", recommendation), (rec_name, other_rec)):
         if value is not None and not isinstance(value, (Recommendation, str)):
             raise TbsError(f"{name}: give a tbs.Recommendation (from tbs.recommend), not {type(value).__name__}")
     return _render(None if profile is None else _as_profile(profile), fmt, recommendation, checks.dataset_size(dataset_size),
-                   compare=None if compare is None else _as_profile(compare, "compare"),
-                   compare_recommendation=compare_recommendation, top=top, group=group)
+                   other_mode=None if other_mode is None else _as_profile(other_mode, other_name),
+                   other_mode_recommendation=other_rec, top=top, group=group)
+
+
+def _renamed(name: str, value: Any, old_name: str, old_value: Any) -> tuple[Any, str]:
+    """An argument given by its name or its old name (not both), and the name it was given by."""
+    if old_value is None:
+        return value, name
+    if value is not None:
+        raise TbsError(f"{old_name}= is the old name of {name}=: give one of them")
+    return old_value, old_name
 
 
 def devices(backend: str | Sequence[str] | None = None) -> pd.DataFrame:
