@@ -392,7 +392,7 @@ def test_real_profiles_redrawn_say_no_change_and_a_planted_slowdown_is_measured(
 
 
 def test_a_training_row_is_judged_from_its_phases_samples(tmp_path):
-    from tbs.testing_training import TRAINING_SECONDS, fake_training_profile
+    from tbs.testing.training import TRAINING_SECONDS, fake_training_profile
 
     dense = TRAINING_SECONDS["cpu:0"]["dense"]
     slower_backward = {**TRAINING_SECONDS, "cpu:0": {**TRAINING_SECONDS["cpu:0"],
