@@ -106,6 +106,24 @@ def test_the_whole_program_is_priced_with_epilogues_folded_and_each_kernel_has_a
     assert layer_of("XLA_Args", ["conv2d"]) == ""
 
 
+def test_a_programs_kernels_pay_the_back_to_back_launch_interval_at_the_clock_a_gpu_sustains():
+    from tbs.predictions.whole import HOST_OVERHEAD_S, KERNEL_S
+
+    t4 = gpu_spec(load_catalog()["t4"])
+    model = fitted_model()
+    tiny = [{"kind": "memory", "bytes": 64.0, "flops": 0.0}] * 100  # launch-bound: each costs the launch interval
+    found = predict_whole(tiny, t4, "fp32", model)
+    assert KERNEL_S < model.launch_s / 2  # not the GPU model's isolated kernel, timed alone between CUDA events
+    assert found.seconds - HOST_OVERHEAD_S == pytest.approx(100 * KERNEL_S, rel=0.3)
+    # A large GEMM is compute-bound: at the base clock (the steady state) it takes boost / base as long as at boost.
+    gemm = [{"kind": "gemm", "m": 4096, "n": 4096, "k": 4096, "count": 1, "flops": 2.0 * 4096 ** 3,
+             "bytes": 3 * 4096 ** 2 * 4.0}]
+    base, boost = (predict_whole(gemm, t4, "fp32", model, 0.0, kernel_s=0.0, sustained_clock=c).seconds
+                   for c in (0.0, 1.0))
+    assert base / boost == pytest.approx(t4.boost_clock_hz / t4.base_clock_hz, rel=1e-6)
+    assert predict_whole(gemm, t4, "fp32", model, 0.0, kernel_s=0.0).seconds == pytest.approx(base)  # shipped: base
+
+
 def test_a_profile_records_its_whole_program_and_a_gpu_is_predicted_from_it(tmp_path):
     import tbs
 
