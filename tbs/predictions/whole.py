@@ -7,7 +7,7 @@ the kernels of its optimised whole-model program (``tbs.backends.hlo_kernels``, 
 profile's ``analysis.csv``): each convolution or dot priced as the GEMM it is (the same model as a
 layer's, tbs.predictions.gpu_model), each other kernel as the bytes it moves, every kernel at the
 clock a GPU sustains under steady load and paying the launch interval of kernels run back to back, plus a per-step
-host overhead: three constants fitted on published whole-model latencies
+host overhead, with TF32 work at the share of its peak the published stacks reached: four constants fitted on published whole-model latencies
 (tbs/predictions/reference/whole_models.csv, ``python benchmarks/whole_model.py``). Each kernel is attributed to the Keras layer whose name
 scope its framework op carries: a layer's share of the whole.
 """
@@ -37,13 +37,19 @@ from tbs.predictions.work import CONV, GEMM, MEMORY, Work
 #   base clock is the clock guaranteed at the board's TDP. The GPU model's own (0.42) comes from short kernel
 #   benchmarks, which run nearer boost; the fit over [0, 1] (base to boost) picks 0: the base clock. It matters
 #   most for a low-power GPU (a 70 W T4: base 585 MHz, boost 1,590 MHz).
-KERNEL_S = 6.1e-06
-HOST_OVERHEAD_S = 4.9e-04
+# - TF32_EFFICIENCY: the share of the datasheet TF32 tensor-core peak that TF32 work reaches. The published stacks
+#   (TensorFlow 20.06-21.02: CUDA 11.0-11.2, cuDNN 8.0-8.1, the first for Ampere) ran TF32 far below its peak: in the
+#   same table on the same A100, BERT-large (384 tokens, batch 8) ran 3.1x faster in TF32 than in FP32 where the
+#   peaks say 8x, and U-Net 3.0x slower in TF32 than in FP16 where they say 2x. The reference data the GPU model
+#   was fitted on has no TF32 (NeuSight ran with TF32 off), so this is fitted here.
+TF32_EFFICIENCY = 0.3
+KERNEL_S = 5.7e-06
+HOST_OVERHEAD_S = 6.8e-04
 SUSTAINED_CLOCK = 0.0
 # The whole model's 90% band, as multipliers of the prediction: the 5th and 95th percentiles of
 # log(published / predicted) over the same rows, each model's residuals taken from constants fitted without it
 # (benchmarks/whole_model.md).
-WHOLE_BAND = (0.78, 1.62)
+WHOLE_BAND = (0.88, 1.30)
 METHOD = "GPU model of the fused whole-model program"
 
 
@@ -77,10 +83,16 @@ def kernel_work(kernel: dict[str, Any]) -> Work:
     return Work(MEMORY, flops, moved)
 
 
-def program_frame(kernels: list[dict[str, Any]], spec: GpuSpec, precision: str) -> pd.DataFrame:
-    """The GPU model's table for a program's kernels on ``spec`` at ``precision``."""
+def program_frame(kernels: list[dict[str, Any]], spec: GpuSpec, precision: str,
+                  tf32_efficiency: float = TF32_EFFICIENCY) -> pd.DataFrame:
+    """The GPU model's table for a program's kernels on ``spec`` at ``precision`` (TF32 tensor-core work at
+    ``tf32_efficiency`` of its peak)."""
     works = [kernel_work(k) for k in kernels]
-    return frame_of(works, [precision] * len(works), [spec] * len(works))
+    frame = frame_of(works, [precision] * len(works), [spec] * len(works))
+    if len(frame):
+        tf32 = (frame["precision"] == "tf32").to_numpy() & frame["tensor_cores"].to_numpy(dtype=bool)
+        frame["peak_flops_per_s"] = np.where(tf32, frame["peak_flops_per_s"] * tf32_efficiency, frame["peak_flops_per_s"])
+    return frame
 
 
 def program_model(model: GpuModel, kernel_s: float = KERNEL_S, sustained_clock: float = SUSTAINED_CLOCK) -> GpuModel:
@@ -101,11 +113,11 @@ def parse_kernels(text: Any) -> list[dict[str, Any]] | None:
 
 def predict_whole(kernels: list[dict[str, Any]], spec: GpuSpec, precision: str, model: GpuModel,
                   host_overhead_s: float = HOST_OVERHEAD_S, fold_epilogues: bool = True, kernel_s: float = KERNEL_S,
-                  sustained_clock: float = SUSTAINED_CLOCK) -> WholePrediction:
+                  sustained_clock: float = SUSTAINED_CLOCK, tf32_efficiency: float = TF32_EFFICIENCY) -> WholePrediction:
     """The program's kernels run one after another on ``spec`` at ``precision``, plus the step's host overhead.
 
     Each kernel is priced by ``model`` as a kernel of a compiled program: ``kernel_s`` in place of the model's
-    launch cost, at ``sustained_clock`` (see the constants above).
+    launch cost, at ``sustained_clock``, TF32 work at ``tf32_efficiency`` of its peak (see the constants above).
 
     With ``fold_epilogues``, an elementwise pass that only reads a convolution's or GEMM's output (its bias,
     activation, scale) is run as that GEMM's epilogue, as a GPU's libraries do (cuDNN's fused
@@ -116,7 +128,7 @@ def predict_whole(kernels: list[dict[str, Any]], spec: GpuSpec, precision: str, 
         kernels = [k for k in kernels if not k.get("epilogue")]
     if not kernels:
         return WholePrediction(host_overhead_s, np.zeros(0), [], host_overhead_s)
-    frame = program_frame(kernels, spec, precision)
+    frame = program_frame(kernels, spec, precision, tf32_efficiency)
     repeats = np.array([float(k.get("repeat", 1)) for k in kernels])
     seconds = predict_frame(frame, program_model(model, kernel_s, sustained_clock)) * repeats
     return WholePrediction(float(seconds.sum()) + host_overhead_s, seconds, kernels, host_overhead_s)
