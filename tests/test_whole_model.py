@@ -107,7 +107,7 @@ def test_the_whole_program_is_priced_with_epilogues_folded_and_each_kernel_has_a
 
 
 def test_a_programs_kernels_pay_the_back_to_back_launch_interval_at_the_clock_a_gpu_sustains():
-    from tbs.predictions.whole import HOST_OVERHEAD_S, KERNEL_S
+    from tbs.predictions.whole import HOST_OVERHEAD_S, KERNEL_S, TF32_EFFICIENCY
 
     t4 = gpu_spec(load_catalog()["t4"])
     model = fitted_model()
@@ -122,6 +122,13 @@ def test_a_programs_kernels_pay_the_back_to_back_launch_interval_at_the_clock_a_
                    for c in (0.0, 1.0))
     assert base / boost == pytest.approx(t4.boost_clock_hz / t4.base_clock_hz, rel=1e-6)
     assert predict_whole(gemm, t4, "fp32", model, 0.0, kernel_s=0.0).seconds == pytest.approx(base)  # shipped: base
+    # TF32 tensor-core work runs at the share of its peak the published stacks reached; FP16 and FP32 are untouched.
+    a100 = gpu_spec(load_catalog()["a100-40gb"])
+    full, shipped = (predict_whole(gemm, a100, "tf32", model, 0.0, kernel_s=0.0, tf32_efficiency=e).seconds
+                     for e in (1.0, TF32_EFFICIENCY))
+    assert TF32_EFFICIENCY < 1.0 and shipped / full == pytest.approx(1.0 / TF32_EFFICIENCY, rel=0.05)
+    assert predict_whole(gemm, a100, "fp16", model, 0.0, tf32_efficiency=0.5).seconds == pytest.approx(
+        predict_whole(gemm, a100, "fp16", model, 0.0).seconds)
 
 
 def test_a_profile_records_its_whole_program_and_a_gpu_is_predicted_from_it(tmp_path):
