@@ -38,7 +38,7 @@ TABLE = HERE.parent / "tbs" / "predictions" / "reference" / "whole_models.csv"
 MAX_BATCH = 32
 OVERHEADS_S = np.concatenate([[0.0], np.geomspace(1e-5, 2e-2, 120)])  # per-step host overhead
 KERNELS_S = np.concatenate([[0.0], np.geomspace(5e-7, 3e-5, 60)])  # each kernel's launch interval
-CLOCKS = (0.0, 0.5, 1.0)  # base clock to boost clock
+CLOCKS = (0.0, 0.25, 0.5, 1.0)  # base clock to boost clock
 TF32 = (1.0, 0.8, 0.65, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25)  # share of the TF32 peak reached
 TAIL = 0.05
 

@@ -174,5 +174,10 @@ def test_the_published_whole_model_rows_name_their_source_precision_and_licence_
     assert set(table["precision"]) == {"fp16", "fp32", "tf32"} and (table["latency_s"] > 0).all()
     assert table[["source_path", "commit", "table", "license"]].notna().all().all()
     assert set(table.loc[table["classifier"], "family"]) == {"resnet50"}  # the independent check, never fitted
-    bert = table.query("model == 'bert_base' and device == 't4' and precision == 'fp32' and sequence_length == 128")
+    bert = table.query("model == 'bert_base' and device == 't4' and precision == 'fp32' and sequence_length == 128"
+                       " and framework.str.contains('TF1')", engine="python")
     assert bert.set_index("batch_size")["latency_s"][1] == pytest.approx(18.80e-3)  # the table's 90th percentile
+    tf2 = table[table["source_path"] == "TensorFlow2/LanguageModeling/BERT/README.md"]  # the model from the label
+    assert set(tf2["device"]) == {"a100-80gb", "t4", "v100"} and set(tf2["model"]) == {"bert_base", "bert_large"}
+    first = tf2.iloc[0]  # DGX-1 V100 16GB, "BERT-LARGE FP16", 128 tokens, batch 1: 9.67 ms at the 90th percentile
+    assert (first["model"], first["precision"], first["latency_s"]) == ("bert_large", "fp16", pytest.approx(9.67e-3))
