@@ -4,14 +4,14 @@ For every row of tbs/predictions/reference/whole_models.csv (NVIDIA DeepLearning
 batch <= 32), the model is rebuilt in Keras (benchmarks/whole_models.py), its whole forward compiled for this
 CPU, its optimised program's kernels read (tbs.backends.hlo_kernels) and priced on the published GPU at the
 published precision (tbs.predictions.whole). The only things fitted are the four constants of a compiled
-program (the clock sustained under steady load, the share of the TF32 peak reached, each kernel's launch interval,
-the per-step host overhead) and
-the 90% band, each on the non-classifier models held out by model (leave one model out: a model's rows are scored
+program (the clock sustained under steady load, the share of the TF32 peak reached, each kernel's launch
+interval, the per-step host overhead) and the 90% band, each on the non-classifier models held out by model (leave one model out: a model's rows are scored
 with constants fitted without them, and a band from the other models' held-out residuals); the image classifiers
 (ResNet-50) are never fitted on and are scored with the constants fitted on every other model.
 
-Usage: python benchmarks/whole_model.py [--out benchmarks/whole_model.md]   (fills the kernel cache first:
-python benchmarks/whole_models.py, one CPU compile per configuration)
+Usage: python benchmarks/whole_model.py [--out benchmarks/whole_model.md]   (about 4 minutes on 2 cores once the
+kernel cache is filled: python benchmarks/whole_models.py, one CPU compile per configuration, a half-precision
+BERT-large's about 3 minutes each)
 """
 
 from __future__ import annotations
