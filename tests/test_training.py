@@ -101,8 +101,12 @@ def _check_training_profile(p: tbs.Profile, leaves: set[str], optimizer: str = "
     assert len(measured) == len(rows), rows[["layer", "status", "reason"]]
     total = measured["forward_s"] + measured["backward_s"] + measured["update_s"]
     assert np.allclose(total, measured["median_s"], rtol=1e-6)
-    # (a tiny layer at batch 4 can time as 0 once the harness's own cost is subtracted)
-    assert (measured["forward_s"] >= 0).all() and measured["forward_s"].sum() > 0
+    # A tiny layer at batch 4 can time as 0 once the harness's own cost is subtracted, and on a loaded VM
+    # (a 3 ms per-call cost against microseconds of work) every layer can: so each layer's forward is
+    # checked for real raw samples, and the medians only for being never negative.
+    assert (measured["forward_s"] >= 0).all()
+    forward = p.samples[(p.samples["phase"] == "forward") & (p.samples["target"] == "layer")]
+    assert set(forward["layer"]) == set(measured["layer"]) and (forward["raw_seconds"] > 0).all()
     loss = rows[rows["layer"] == LOSS_LAYER].iloc[0]
     assert loss["phases"] == "forward+backward" and loss["update_s"] == 0 and loss["category"] == "loss"
     model = p.model.iloc[0]

@@ -199,6 +199,10 @@ class Recommendation:
         """The old name of ``data``."""
         return self.data
 
+    @inputs.setter
+    def inputs(self, data: PlacementData) -> None:
+        self.data = data
+
     @property
     def batch_size(self) -> int:
         return self.data.batch_size
