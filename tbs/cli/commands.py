@@ -92,6 +92,8 @@ def _training(training: bool, loss: str | None, optimizer: str | None) -> Traini
                                                   "calibration (faster on big models; no roofline, no tbs predict).")
 @click.option("--no-dedupe", is_flag=True, help="Measure every layer call on its own (default: identical calls, "
                                                 "same type, config and shapes, are measured once and share that row).")
+@click.option("--no-in-context", is_flag=True, help="Skip tracing a few whole-model calls with the framework's "
+                                                    "profiler after their samples (each layer's in-model time).")
 @click.option("--capacity", is_flag=True, help="After timing, find each device's largest batch that fits by real "
                                                "calls that double while the measured peak allows (uses most of its memory).")
 def profile(model_path: Path, out_dir: Path | None, min_samples: int, target_ci: float, max_cell_seconds: float,
@@ -100,7 +102,7 @@ def profile(model_path: Path, out_dir: Path | None, min_samples: int, target_ci:
     timing = TimingConfig(min_samples=min_samples, target_ci=target_ci, cell_budget_seconds=max_cell_seconds,
                           min_block_seconds=min_block_ms / 1000.0, min_span_seconds=min_span_seconds)
     measure = MeasureConfig(xla=options["xla"], analysis=not options["no_analysis"], dedupe=not options["no_dedupe"],
-                            capacity=options["capacity"], seed=options["seed"])
+                            capacity=options["capacity"], seed=options["seed"], in_context=not options["no_in_context"])
     directory = out_dir or Path("profiles") / model_path.stem
     try:
         result = api.profile(
