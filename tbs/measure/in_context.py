@@ -154,10 +154,11 @@ def _sweep(ops: list[tuple[float, float, str, dict[str, float]]], result: Attrib
 
 def explain(layer: str, in_model_s: float | None, isolated_s: float | None, found: Attribution) -> str:
     """Why a layer's in-model time differs from its isolated one, in a few words."""
-    if not in_model_s:
-        return "no kernel of its own in the compiled model (removed, or a view of its input)"
-    reasons = []
     partners = sorted(found.shared_with.get(layer, ()))
+    if not in_model_s:
+        return (f"fused into {', '.join(partners[:4])}" if partners
+                else "no kernel of its own in the compiled model (removed, or a view of its input)")
+    reasons = []
     if partners:
         whole = found.shared_s.get(layer, 0.0) >= 0.99 * in_model_s
         reasons.append(f"{'fused' if whole else 'shares a kernel'} with {', '.join(partners[:4])}"

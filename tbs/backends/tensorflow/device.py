@@ -23,7 +23,8 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any, Callable, Sequence
 
-from tbs.backends.base import CalibrationProgram, Device, PlacedStep, ProgramCost, Runner, Source, TrainingPrograms
+from tbs.backends.base import (CalibrationProgram, Device, PlacedStep, ProgramCost, Runner, Source, TracedCalls,
+                               TrainingPrograms)
 from tbs.backends.tensorflow import training
 from tbs.backends.tensorflow.capture import watch_ops
 from tbs.backends.tensorflow.environment import tensorflow as _tensorflow
@@ -128,6 +129,16 @@ class TFDevice(Device):
             result.numpy()  # a 4-byte scalar: waits for the device without copying activations
 
         return runner
+
+    def trace_calls(self, call: Callable[..., Any], tensors: list[Any], xla: bool, variables: Sequence[Any] = (),
+                    calls: int = 3) -> TracedCalls | None:
+        """One ``tf.function`` of the call on this device (XLA-compiled with ``xla``), traced by ``tf.profiler``."""
+        from tbs.backends.tensorflow import trace
+
+        tf = _tensorflow()
+        with self.scope():
+            function = tf.function(call, jit_compile=xla, autograph=False)
+            return trace.trace_calls(function, list(tensors), xla, calls)
 
     def compiled_outputs(self, call: Callable[..., list[Any]], tensors: list[Any],
                          variables: Sequence[Any] = ()) -> list[Any] | None:

@@ -1,0 +1,170 @@
+"""A few whole-model calls traced with ``tf.profiler``, each TensorFlow op with the Keras layer scope it carries.
+
+Without XLA a compiled ``tf.function`` runs graph ops one by one on the executor's threads; the
+trace names each ``<node name>:<op type>``, and a node's name carries the Keras name scope
+(``sequential/conv_1/convolution``: TensorFlow adds ``_1`` to a repeated scope). Each call's ops
+are those inside the executor's ``ExecutorState::Process`` events with the call's ``id``. Grappler's
+fused ops (a MatMul with its BiasAdd and the next layer's Relu as one ``_FusedMatMul``) carry the
+name of the last node they absorbed; the nodes before it that the trace never runs are read from
+the function's graph (``absorbed``), so such a kernel is shared between their layers.
+
+With XLA (``--xla``) the call is one XLA cluster whose thunks name HLO instructions; their HLO is
+read from the function's optimised HLO (``experimental_get_compiler_ir``) as on JAX.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from tbs.backends.base import TracedCalls, TracedOp
+from tbs.backends.hlo_kernels import instruction_parts
+from tbs.backends.tensorflow.environment import tensorflow as _tensorflow
+
+TOOL = "tf.profiler (TensorFlow ops)"
+TOOL_XLA = "tf.profiler (XLA kernels)"
+Event = tuple[str, str, float, float, dict[str, Any]]  # (line, name, start_ns, duration_ns, stats)
+
+
+def _events(path: Path) -> list[Event]:
+    """Every event of every plane in an XSpace file (TensorFlow's own reader of it)."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    space.ParseFromString(path.read_bytes())
+    out: list[Event] = []
+    for plane in space.planes:
+        names = plane.event_metadata
+        stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+        for line in plane.lines:
+            base_ns = line.timestamp_ns
+            for event in line.events:
+                stats = {stat_names.get(s.metadata_id, ""): _stat_value(s, plane) for s in event.stats}
+                out.append((f"{plane.name}/{line.id}", names[event.metadata_id].name,
+                            base_ns + event.offset_ps / 1e3, event.duration_ps / 1e3, stats))
+    return out
+
+
+def _stat_value(stat: Any, plane: Any) -> Any:
+    kind = stat.WhichOneof("value")
+    if kind == "ref_value":
+        return plane.stat_metadata[stat.ref_value].name
+    return getattr(stat, kind) if kind else None
+
+
+def graph_ops(events: list[Event]) -> list[list[tuple[str, float, float]]]:
+    """The TensorFlow ops of each traced call, in call order: (``node name:op type``, start_ns, end_ns)."""
+    processes = [(line, start, start + duration, stats["id"]) for line, name, start, duration, stats in events
+                 if name == "ExecutorState::Process" and "id" in stats]
+    calls: dict[Any, list[tuple[str, float, float]]] = {}
+    for line, name, start, duration, _ in events:
+        if ":" not in name or name.startswith(("ThreadpoolListener", "ExecutorState")) or "::" in name:
+            continue
+        owner = next((call for where, first, last, call in processes
+                      if where == line and first <= start and start + duration <= last), None)
+        if owner is not None:
+            calls.setdefault(owner, []).append((name, start, start + duration))
+    return sorted(calls.values(), key=lambda ops: min(s for _, s, _ in ops))
+
+
+def xla_ops(events: list[Event]) -> list[list[tuple[str, float, float]]]:
+    """The XLA thunks of each traced call (grouped by ``run_id``), in call order: (HLO instruction, start, end)."""
+    runs: dict[Any, list[tuple[str, float, float]]] = {}
+    for _, name, start, duration, stats in events:
+        if "hlo_op" in stats:
+            runs.setdefault(stats.get("run_id"), []).append((str(stats["hlo_op"]), start, start + duration))
+    return sorted(runs.values(), key=lambda ops: min(s for _, s, _ in ops))
+
+
+def to_traced(calls: list[list[tuple[str, float, float]]], parts: Callable[[str], list[tuple[str, float]]],
+              tool: str) -> TracedCalls:
+    """Calls of (op, start_ns, end_ns), the first (the profiler's warm-up) left out, as seconds from the first op."""
+    kept = calls[1:]
+    origin = min((s for ops in kept for _, s, _ in ops), default=0.0)
+    spans, traced = [], []
+    for index, ops in enumerate(kept):
+        first, last = min(s for _, s, _ in ops), max(e for _, _, e in ops)
+        spans.append(((first - origin) / 1e9, (last - first) / 1e9))
+        traced += [TracedOp(index, name, (start - origin) / 1e9, (end - start) / 1e9, parts(name))
+                   for name, start, end in sorted(ops, key=lambda op: op[1])]
+    return TracedCalls(spans, traced, tool)
+
+
+def trace_calls(function: Any, tensors: list[Any], xla: bool, calls: int) -> TracedCalls | None:
+    """``calls`` calls of a compiled ``tf.function`` traced (two warm calls and the profiler's warm-up call first)."""
+    tf = _tensorflow()
+    for _ in range(2):
+        _wait(function(*tensors))
+    with tempfile.TemporaryDirectory(prefix="tbs-trace-") as directory:
+        tf.profiler.experimental.start(directory)
+        try:
+            for _ in range(calls + 1):
+                _wait(function(*tensors))
+        finally:
+            tf.profiler.experimental.stop()
+        found = sorted(Path(directory).rglob("*.xplane.pb"))
+        if not found:
+            return None
+        events = _events(found[-1])
+    if xla:
+        hlo = function.experimental_get_compiler_ir(*tensors)(stage="optimized_hlo")
+        by_instruction = instruction_parts(hlo)
+        traced = to_traced(xla_ops(events), lambda name: list(by_instruction.get(name, [])), TOOL_XLA)
+    else:
+        ops = graph_ops(events)
+        graph = function.get_concrete_function(*tensors).graph
+        ran = {name.rsplit(":", 1)[0] for call in ops for name, _, _ in call}
+        traced = to_traced(ops, lambda name: absorbed(graph, name, ran), TOOL)
+    return traced if traced.calls else None
+
+
+# Ops Grappler's remapper folds into one fused kernel (_FusedMatMul, _FusedConv2D, _FusedBatchNormEx, ...).
+FUSABLE = {"MatMul", "BatchMatMulV2", "Conv2D", "Conv3D", "DepthwiseConv2dNative", "BiasAdd", "Add", "AddV2", "Mul",
+           "Sub", "Relu", "Relu6", "Elu", "Selu", "LeakyRelu", "Tanh", "Sigmoid", "Softplus", "FusedBatchNormV3",
+           "_MklSwish", "Erf", "Rsqrt"}
+
+
+def _work(op: Any) -> float:
+    """An op's work as a weight: a matmul's or convolution's FLOPs, else its output's elements."""
+    def elements(shape: Any) -> float:
+        dims = shape.as_list() if shape.rank is not None else []
+        total = 1.0
+        for d in dims:
+            total *= d or 1
+        return total
+
+    out = elements(op.outputs[0].shape) if op.outputs else 1.0
+    if op.type in ("MatMul", "BatchMatMulV2") and op.inputs[1].shape.rank:
+        return 2.0 * out * (op.inputs[1].shape.as_list()[-2] or 1)
+    if op.type.startswith(("Conv", "Depthwise")) and op.inputs[1].shape.rank:
+        return 2.0 * out * elements(op.inputs[1].shape) / (op.inputs[1].shape.as_list()[-1] or 1)
+    return out
+
+
+def absorbed(graph: Any, traced: str, ran: set[str]) -> list[tuple[str, float]]:
+    """The graph nodes one traced op runs, with their work: itself, and where its type is a fused one
+    (``_Fused...``), the nodes feeding it that it absorbed (fusable, and never run on their own)."""
+    name, _, kind = traced.rpartition(":")
+    try:
+        op = graph.get_operation_by_name(name)
+    except (KeyError, ValueError):
+        return [(name, 1.0)]
+    found = [(name, _work(op))]
+    frontier = [op] if kind.startswith(("_Fused", "_MklFused", "_MklNativeFused")) else []
+    while frontier:
+        current = frontier.pop()
+        for tensor in current.inputs:
+            source = tensor.op
+            if source.name not in ran and source.type in FUSABLE and all(source.name != n for n, _ in found):
+                found.append((source.name, _work(source)))
+                frontier.append(source)
+    return found
+
+
+def _wait(outputs: Any) -> None:
+    """Wait for a call by reading one element of each output (no whole activation copied to the host)."""
+    tf = _tensorflow()
+    for part in tf.nest.flatten(outputs, expand_composites=True):
+        if isinstance(part, tf.Tensor) and part.dtype != tf.string:
+            tf.reshape(part, [-1])[:1].numpy()
