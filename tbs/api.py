@@ -304,7 +304,9 @@ def render(profile: Profile | PathLike | None, fmt: str = "text", *, recommendat
            dataset_size: int | None = None, compare: Profile | PathLike | None = None,
            compare_recommendation: Recommendation | str | None = None, top: int | None = DEFAULT_TOP,
            group: str | None = None) -> str:
-    """``fmt``: text, html (self-contained), json or csv. Returns the text; nothing is measured or solved.
+    """``fmt``: text, html (self-contained), json, csv, predicted or trace (Chrome/Perfetto trace-event JSON: the
+    traced whole-model calls op by op under their Keras layers, and the isolated cells). Returns the text;
+    nothing is measured or solved.
 
     ``top``: text and html show that many heaviest layers and fold the rest into one line
     ("N more layers, x% of the time"); None shows every layer. ``group``: 'kind' or 'block',
@@ -317,7 +319,7 @@ def render(profile: Profile | PathLike | None, fmt: str = "text", *, recommendat
     both are shown, with the layers whose cheapest device differs between them.
     """
     if not isinstance(fmt, str):
-        raise TbsError(f"fmt={fmt!r}: give a format name: text, html, json, csv or predicted")
+        raise TbsError(f"fmt={fmt!r}: give a format name: text, html, json, csv, predicted or trace")
     for name, value in (("recommendation", recommendation), ("compare_recommendation", compare_recommendation)):
         if value is not None and not isinstance(value, (Recommendation, str)):
             raise TbsError(f"{name}: give a tbs.Recommendation (from tbs.recommend), not {type(value).__name__}")

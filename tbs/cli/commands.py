@@ -136,10 +136,11 @@ def _interrupted(directory: Path) -> None:
               help="CSV or YAML price list (device, price, source, date).")
 @click.option("--samples", type=click.IntRange(min=1), default=None, help="Also show the cost of a workload of N samples.")
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="Write the HTML report here (self-contained).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "csv", "predicted"]), default="text",
+              help="Write the HTML report here (self-contained); with --format trace, the trace.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "csv", "predicted", "trace"]), default="text",
               show_default=True, help="Terminal output when no -o is given (predicted: tbs predict's per-layer "
-                                      "table of predicted devices).")
+                                      "table of predicted devices; trace: a Chrome/Perfetto trace-event JSON of the "
+                                      "in-context calls op by op under their layers, and of the isolated cells).")
 @click.option("--top", type=click.IntRange(min=1), default=None,
               help=f"Show the N heaviest layers (or groups), the rest folded into one line. [default: {DEFAULT_TOP}]")
 @click.option("--all", "every_layer", is_flag=True, help="Show every layer, in model order (no fold).")
@@ -154,18 +155,26 @@ def report(directories: tuple[Path, ...], prices: dict[str, float] | None, spot:
         raise TbsError(f"--top {top} and --all contradict each other: give one of them")
     shown = None if every_layer else top or DEFAULT_TOP
     result, other = api.load_modes(*directories, prices=prices, spot=spot, price_file=price_file)
-    if output is None:
+    if output is None or fmt == "trace":
         text = api.render(result, fmt, dataset_size=samples, compare=other, top=shown, group=group)
-        click.echo(text.rstrip("\n") if fmt == "csv" else text)
+        if output is None:
+            click.echo(text.rstrip("\n") if fmt == "csv" else text)
+            return
+        _write(output, text)
+        click.echo(f"Trace written to {output} (open it in https://ui.perfetto.dev or chrome://tracing)")
         return
     page = api.render(result, "html", recommendation=api.placement_for_report(result), dataset_size=samples, compare=other,
                       compare_recommendation=None if other is None else api.placement_for_report(other), top=shown)
+    _write(output, page)
+    click.echo(f"Report written to {output}")
+
+
+def _write(output: Path, text: str) -> None:
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StorageError(output.parent, exc, "choose another -o") from None
-    write_text_atomic(output, page, "choose another -o")
-    click.echo(f"Report written to {output}")
+    write_text_atomic(output, text, "choose another -o")
 
 
 @cli.command()
