@@ -1,10 +1,7 @@
 """A few whole-model calls traced with ``jax.profiler``, each XLA kernel with the Keras layers whose work it runs.
 
-On XLA:CPU the trace names every thunk it runs by its HLO instruction (stat ``hlo_op``). An
-asynchronous thunk (a convolution handed to a thread pool) returns at once; its ``end: <name>`` event
-is recorded when its completion is handled, which can be after the ops that read its result have
-run, so its time runs from its start to the next op's start (what waited for it), or to that
-event where no op follows. The first call traced is the profiler's warm-up (its thread-pool
+On XLA:CPU the trace names every thunk it runs by its HLO instruction (``tbs.backends.xla_trace``
+reads them and when each really ends). The first call traced is the profiler's warm-up (its thread-pool
 listener starts: 5-10x a warm call's span here) and is left out. The optimised HLO of the same compiled program maps
 each instruction to the framework ops it runs (``hlo_kernels.instruction_parts``): their
 ``op_name``s carry the Keras layer path (``jit(forward)/model/block/conv/conv_general_dilated``).
@@ -17,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tbs.backends.base import TracedCalls, TracedOp
+from tbs.backends import xla_trace
 from tbs.backends.hlo_kernels import instruction_parts
 
 TOOL = "jax.profiler (XLA kernels)"
@@ -33,31 +31,17 @@ def _events(path: Path) -> list[tuple[str, float, float, dict[str, Any]]]:
 
 def ops_of(events: list[tuple[str, float, float, dict[str, Any]]], module: str,
            parts: dict[str, list[tuple[str, float]]]) -> TracedCalls:
-    """The ops of ``module``'s runs, grouped by run (one per traced call), times in seconds from the first op."""
-    ends = {stats["_c"]: start + duration for name, start, duration, stats in events
-            if name.startswith("end: ") and "_c" in stats}
-    runs: dict[Any, list[tuple[str, float, float]]] = {}
-    for name, start, duration, stats in events:
-        if stats.get("hlo_module") != module or "hlo_op" not in stats:
-            continue
-        end = max(start + duration, ends.get(stats.get("_p"), 0.0))
-        runs.setdefault(stats.get("run_id"), []).append((str(stats["hlo_op"]), start, end))
-    ordered = [_async_ends(ops) for ops in sorted(runs.values(), key=lambda ops: min(s for _, s, _ in ops))][1:]
+    """The kernels of ``module``'s runs (one per traced call, the first, the profiler's warm-up, left out),
+    times in seconds from the first kept kernel."""
+    ordered = xla_trace.kernels(events, module=module)[1:]
     origin = min((s for ops in ordered for _, s, _ in ops), default=0.0)
     calls, traced = [], []
     for index, ops in enumerate(ordered):
         first, last = min(s for _, s, _ in ops), max(e for _, _, e in ops)
         calls.append(((first - origin) / 1e9, (last - first) / 1e9))
         traced += [TracedOp(index, name, (start - origin) / 1e9, (end - start) / 1e9, list(parts.get(name, [])))
-                   for name, start, end in sorted(ops, key=lambda op: op[1])]
+                   for name, start, end in ops]
     return TracedCalls(calls, traced, TOOL)
-
-
-def _async_ends(ops: list[tuple[str, float, float]]) -> list[tuple[str, float, float]]:
-    """An op's end no later than the start of the next op to start (an async thunk's end event comes late)."""
-    ops = sorted(ops, key=lambda op: op[1])
-    return [(name, start, min(end, ops[i + 1][1]) if i + 1 < len(ops) and ops[i + 1][1] > start else end)
-            for i, (name, start, end) in enumerate(ops)]
 
 
 def trace_calls(jitted: Any, arguments: tuple, calls: int) -> TracedCalls | None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tbs.backends.base import TracedCalls, TracedOp
+from tbs.backends import xla_trace
 from tbs.backends.hlo_kernels import instruction_parts
 from tbs.backends.tensorflow.environment import tensorflow as _tensorflow
 
@@ -69,12 +70,13 @@ def graph_ops(events: list[Event]) -> list[list[tuple[str, float, float]]]:
 
 
 def xla_ops(events: list[Event]) -> list[list[tuple[str, float, float]]]:
-    """The XLA thunks of each traced call (grouped by ``run_id``), in call order: (HLO instruction, start, end)."""
-    runs: dict[Any, list[tuple[str, float, float]]] = {}
-    for _, name, start, duration, stats in events:
-        if "hlo_op" in stats:
-            runs.setdefault(stats.get("run_id"), []).append((str(stats["hlo_op"]), start, start + duration))
-    return sorted(runs.values(), key=lambda ops: min(s for _, s, _ in ops))
+    """The XLA kernels of each traced call (TensorFlow gives every run ``run_id`` -1: a call is the executable's
+    ``CpuExecutable::ExecuteAsyncOnStream`` span, or the eager call's, holding them), in call order."""
+    spans = [(start, start + duration) for _, name, start, duration, _ in events
+             if name == "CpuExecutable::ExecuteAsyncOnStream"]
+    spans = spans or [(start, start + duration) for _, name, start, duration, _ in events if name == "EagerExecute"]
+    return xla_trace.kernels([(name, start, duration, stats) for _, name, start, duration, stats in events],
+                             runs=sorted(spans))
 
 
 def to_traced(calls: list[list[tuple[str, float, float]]], parts: Callable[[str], list[tuple[str, float]]],
