@@ -45,15 +45,14 @@ def ops_of(events: list[tuple[str, float, float, dict[str, Any]]], module: str,
 
 
 def trace_calls(jitted: Any, arguments: tuple, calls: int) -> TracedCalls | None:
-    """``calls`` calls of a ``jax.jit`` function's compiled program traced (two warm calls
+    """``calls`` calls of a ``jax.jit`` function's compiled program traced (one warm call
     first), with its optimised HLO's parts: one compile, whose HLO is the program traced."""
     import jax
 
     compiled = jitted.lower(*arguments).compile()
     module = compiled.as_text()
     name = _module_name(module)
-    for _ in range(2):
-        jax.block_until_ready(compiled(*arguments))
+    jax.block_until_ready(compiled(*arguments))  # warm: its first call allocates and loads the executable
     with tempfile.TemporaryDirectory(prefix="tbs-trace-") as directory:
         jax.profiler.start_trace(directory)
         try:

@@ -1,8 +1,12 @@
 """A few whole-model calls traced with ``tf.profiler``, each TensorFlow op with the Keras layer scope it carries.
 
 Without XLA a compiled ``tf.function`` runs graph ops one by one on the executor's threads; the
-trace names each ``<node name>:<op type>``, and a node's name carries the Keras name scope
-(``sequential/conv_1/convolution``: TensorFlow adds ``_1`` to a repeated scope). Each call's ops
+trace names each ``<node name>:<op type>``. A node's name carries a name scope TensorFlow made unique
+(layer ``conv2d`` runs under ``cnn_1/conv2d_1``, layer ``conv2d_1`` under ``cnn_1/conv2d_1_2``), so the
+scope alone cannot say which layer it is: while the function is traced, each Keras operation's call
+records which graph nodes it created (``keras_paths``), and every node is named by the Keras call path
+it came from (``cnn/conv2d_1/convolution``); a node of an inner function (an LSTM's loop body) by its
+longest scope prefix whose nodes all came from one call. Each call's ops
 are those inside the executor's ``ExecutorState::Process`` events with the call's ``id``. Grappler's
 fused ops (a MatMul with its BiasAdd and the next layer's Relu as one ``_FusedMatMul``) carry the
 name of the last node they absorbed; the nodes before it that the trace never runs are read from
@@ -94,10 +98,10 @@ def to_traced(calls: list[list[tuple[str, float, float]]], parts: Callable[[str]
 
 
 def trace_calls(function: Any, tensors: list[Any], xla: bool, calls: int) -> TracedCalls | None:
-    """``calls`` calls of a compiled ``tf.function`` traced (two warm calls and the profiler's warm-up call first)."""
+    """``calls`` calls of a compiled ``tf.function`` traced (one warm call and the profiler's warm-up call first)."""
     tf = _tensorflow()
-    for _ in range(2):
-        _wait(function(*tensors))
+    graph, paths = keras_paths(function, tensors)  # traced first, so each node's Keras call is recorded
+    _wait(function(*tensors))  # warm: the first call optimises the graph (Grappler) or compiles it (XLA)
     with tempfile.TemporaryDirectory(prefix="tbs-trace-") as directory:
         tf.profiler.experimental.start(directory)
         try:
@@ -109,22 +113,80 @@ def trace_calls(function: Any, tensors: list[Any], xla: bool, calls: int) -> Tra
         if not found:
             return None
         events = _events(found[-1])
+    named = _renamer(paths)
     if xla:
         hlo = function.experimental_get_compiler_ir(*tensors)(stage="optimized_hlo")
         by_instruction = instruction_parts(hlo)
-        traced = to_traced(xla_ops(events), lambda name: list(by_instruction.get(name, [])), TOOL_XLA)
+        traced = to_traced(xla_ops(events), lambda name: [(named(n), w) for n, w in by_instruction.get(name, [])],
+                           TOOL_XLA)
     else:
         ops = graph_ops(events)
-        graph = function.get_concrete_function(*tensors).graph
         ran = {name.rsplit(":", 1)[0] for call in ops for name, _, _ in call}
-        traced = to_traced(ops, lambda name: absorbed(graph, name, ran), TOOL)
+        traced = to_traced(ops, lambda name: [(named(n), w) for n, w in absorbed(graph, name, ran)], TOOL)
     return traced if traced.calls else None
+
+
+def keras_paths(function: Any, tensors: list[Any]) -> tuple[Any, dict[str, str]]:
+    """Trace ``function`` while every Keras operation's call records the graph nodes it creates: its graph, and
+    each node's Keras call path (the innermost operation's, its outer ones' names before it)."""
+    from keras.src.ops.operation import Operation
+
+    original = Operation.__call__
+    stack: list[str] = []
+    spans: list[tuple[int, int, int, str]] = []  # (depth, first node, end, path)
+
+    def recorded(self: Any, *args: Any, **kwargs: Any) -> Any:
+        graph = _tensorflow().compat.v1.get_default_graph()
+        first = len(graph.get_operations())
+        stack.append(str(getattr(self, "name", "")))
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            spans.append((len(stack), first, len(graph.get_operations()), "/".join(stack)))
+            stack.pop()
+
+    Operation.__call__ = recorded
+    try:
+        graph = function.get_concrete_function(*tensors).graph
+    finally:
+        Operation.__call__ = original
+    nodes = graph.get_operations()
+    owner: list[str | None] = [None] * len(nodes)
+    for _, first, end, path in sorted(spans):  # outer calls first, inner ones overwrite their own nodes
+        owner[first:end] = [path] * (end - first)
+    return graph, {node.name: path for node, path in zip(nodes, owner) if path}
+
+
+def _renamer(paths: dict[str, str]) -> Callable[[str], str]:
+    """A node name as its Keras call path and its own last part; a node the function's graph does not hold (an
+    inner function's) by its longest scope prefix whose nodes all came from one call; else as it is."""
+    prefixes: dict[str, str | None] = {}
+    for name, path in paths.items():
+        parts = name.split("/")
+        for k in range(1, len(parts)):
+            prefix = "/".join(parts[:k])
+            prefixes[prefix] = path if prefixes.get(prefix, path) == path else None
+
+    def rename(name: str) -> str:
+        if name in paths:
+            return f"{paths[name]}/{name.rsplit('/', 1)[-1]}"
+        parts = name.split("/")
+        for k in range(len(parts) - 1, 0, -1):
+            path = prefixes.get("/".join(parts[:k]))
+            if path:
+                return f"{path}/{'/'.join(parts[k:])}"
+        return name
+
+    return rename
 
 
 # Ops Grappler's remapper folds into one fused kernel (_FusedMatMul, _FusedConv2D, _FusedBatchNormEx, ...).
 FUSABLE = {"MatMul", "BatchMatMulV2", "Conv2D", "Conv3D", "DepthwiseConv2dNative", "BiasAdd", "Add", "AddV2", "Mul",
            "Sub", "Relu", "Relu6", "Elu", "Selu", "LeakyRelu", "Tanh", "Sigmoid", "Softplus", "FusedBatchNormV3",
            "_MklSwish", "Erf", "Rsqrt"}
+
+
+CONTRACTIONS = {"MatMul", "BatchMatMulV2", "Conv2D", "Conv3D", "DepthwiseConv2dNative"}
 
 
 def _work(op: Any) -> float:
@@ -160,7 +222,8 @@ def absorbed(graph: Any, traced: str, ran: set[str]) -> list[tuple[str, float]]:
             source = tensor.op
             if source.name not in ran and source.type in FUSABLE and all(source.name != n for n, _ in found):
                 found.append((source.name, _work(source)))
-                frontier.append(source)
+                if source.type not in CONTRACTIONS:  # a fused kernel starts at its matmul or convolution
+                    frontier.append(source)
     return found
 
 
