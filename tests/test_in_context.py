@@ -184,3 +184,18 @@ def test_the_trace_loads_as_json_with_each_op_inside_its_layers_span_and_the_iso
     assert [e["name"] for e in spans if e["cat"] == "isolated model"] == ["whole model"]
     printed = profiled["runner"].invoke(cli, ["report", str(profiled["traced"]), "--format", "trace"])
     assert json.loads(printed.output)["traceEvents"]
+
+
+def test_tensorflow_nodes_are_named_by_the_keras_call_that_made_them_not_by_their_uniquified_scope():
+    # TensorFlow runs layer ``dense`` under scope ``dense_1`` and layer ``dense_1`` under ``dense_1_2``.
+    model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(256, name="dense"),
+                              keras.layers.Dense(2, name="dense_1")], name="seq")
+    from tbs.backends.tensorflow.discovery import discover
+
+    device = discover().devices[0]
+    x = device.place(np.ones((4, 32), np.float32))
+    traced = device.trace_calls(lambda t: model(t, training=False), [x], False, model.variables)
+    paths = {path for op in traced.ops for path, _ in op.parts}
+    assert {"seq/dense/MatMul", "seq/dense_1/MatMul"} <= paths, sorted(paths)
+    found = attribute(op_rows(traced, BASE), ["dense", "dense_1"])
+    assert found.layer_s["dense"] > 0 and found.layer_s["dense_1"] > 0
