@@ -137,16 +137,15 @@ def _sweep(ops: list[tuple[float, float, str, dict[str, float]]], result: Attrib
     for time, starts, index in events:
         if active and last is not None and time > last:
             piece = (time - last) / len(active)
-            layers_here = {layer for i in active for layer in ops[i][3]}
             for i in active:
                 weights = ops[i][3]
+                others = {layer for j in active if j != i for layer in ops[j][3]}  # other ops running meanwhile
                 for layer, fraction in weights.items():
                     result.layer_s[layer] = result.layer_s.get(layer, 0.0) + piece * fraction
                     owned += piece * fraction
                     if len(weights) > 1:
                         result.shared_s[layer] = result.shared_s.get(layer, 0.0) + piece * fraction
-                    if len(active) > 1:
-                        result.overlapped_with[layer] |= layers_here - {layer}
+                    result.overlapped_with[layer] |= others - {layer}
         last = time
         (active.add if starts else active.discard)(index)
     return owned

@@ -18,6 +18,7 @@ read from the function's optimised HLO (``experimental_get_compiler_ir``) as on 
 
 from __future__ import annotations
 
+import bisect
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
@@ -60,15 +61,21 @@ def _stat_value(stat: Any, plane: Any) -> Any:
 
 def graph_ops(events: list[Event]) -> list[list[tuple[str, float, float]]]:
     """The TensorFlow ops of each traced call, in call order: (``node name:op type``, start_ns, end_ns)."""
-    processes = [(line, start, start + duration, stats["id"]) for line, name, start, duration, stats in events
-                 if name == "ExecutorState::Process" and "id" in stats]
+    processes: dict[str, list[tuple[float, float, Any]]] = {}  # per thread, its executor spans by start
+    for line, name, start, duration, stats in events:
+        if name == "ExecutorState::Process" and "id" in stats:
+            processes.setdefault(line, []).append((start, start + duration, stats["id"]))
+    starts = {line: [s for s, _, _ in sorted(spans)] for line, spans in processes.items()}
+    spans_by_line = {line: sorted(spans) for line, spans in processes.items()}
     calls: dict[Any, list[tuple[str, float, float]]] = {}
     for line, name, start, duration, _ in events:
         if ":" not in name or name.startswith(("ThreadpoolListener", "ExecutorState")) or "::" in name:
             continue
-        owner = next((call for where, first, last, call in processes
-                      if where == line and first <= start and start + duration <= last), None)
-        if owner is not None:
+        at = bisect.bisect_right(starts.get(line, []), start) - 1  # the thread's last span begun by then
+        if at < 0:
+            continue
+        _, last, owner = spans_by_line[line][at]
+        if start + duration <= last:
             calls.setdefault(owner, []).append((name, start, start + duration))
     return sorted(calls.values(), key=lambda ops: min(s for _, s, _ in ops))
 
