@@ -2,10 +2,11 @@
 
     python benchmarks/in_context.py OUT_DIR          # both backends, each in a process of its own (Keras
                                                      # picks its backend once per process), then the tables
+    python benchmarks/in_context.py --tables OUT_DIR # the tables again from the profiles it made
 
-1. Cost: cnn_flowers profiled at batch 8 with the default statistics twice in one process, with and without
-   the in-context trace (``MeasureConfig(in_context=False)``), in alternating order; the profile's own record of
-   the trace's seconds (metadata ``in_context``) against its elapsed time, and the two elapsed times.
+1. Cost: cnn_flowers profiled at batch 8 with the default statistics twice in one process, without and with
+   the in-context trace (``MeasureConfig(in_context=False)``); the profile's own record of the trace's seconds
+   (metadata ``in_context``) against its elapsed time, and the two elapsed times.
 2. Agreement: cnn_flowers and rnn_sa at batch 8 on TensorFlow (in-model = the TensorFlow Profiler's op times
    summed per Keras layer, Grappler's fused kernels shared) and on JAX (in-model = XLA's kernels from
    jax.profiler, fused kernels shared by work), beside each layer's isolated median and the whole model's
