@@ -3,13 +3,15 @@
 For every row of tbs/predictions/reference/whole_models.csv (NVIDIA DeepLearningExamples' inference tables,
 batch <= 32), the model is rebuilt in Keras (benchmarks/whole_models.py), its whole forward compiled for this
 CPU, its optimised program's kernels read (tbs.backends.hlo_kernels) and priced on the published GPU at the
-published precision (tbs.predictions.whole). The per-step host overhead and the 90% band are the only things
-fitted, each on the non-classifier models held out by model (leave one model out: a model's rows are scored
-with a constant and a band fitted without them); the image classifiers (ResNet-50) are never fitted on and are
-scored with the constants fitted on every other model.
+published precision (tbs.predictions.whole). The only things fitted are the four constants of a compiled
+program (the clock sustained under steady load, the share of the TF32 peak reached, each kernel's launch
+interval, the per-step host overhead) and the 90% band, each on the non-classifier models held out by model (leave one model out: a model's rows are scored
+with constants fitted without them, and a band from the other models' held-out residuals); the image classifiers
+(ResNet-50) are never fitted on and are scored with the constants fitted on every other model.
 
-Usage: python benchmarks/whole_model.py [--out benchmarks/whole_model.md]   (fills the kernel cache first:
-python benchmarks/whole_models.py, one CPU compile per configuration)
+Usage: python benchmarks/whole_model.py [--out benchmarks/whole_model.md]   (about 4 minutes on 2 cores once the
+kernel cache is filled: python benchmarks/whole_models.py, one CPU compile per configuration, a half-precision
+BERT-large's about 3 minutes each)
 """
 
 from __future__ import annotations
@@ -27,14 +29,17 @@ sys.path.insert(0, str(HERE))
 import whole_models  # noqa: E402
 
 from tbs.predictions.catalog import load_catalog  # noqa: E402
-from tbs.predictions.gpu_model import GpuModel  # noqa: E402
+from tbs.predictions.gpu_model import GpuModel, gemm_shapes, predict_frame  # noqa: E402
 from tbs.predictions.gpu_predict import gpu_spec  # noqa: E402
 from tbs.predictions.reference import fitted_model, gpu_specs  # noqa: E402
-from tbs.predictions.whole import predict_whole  # noqa: E402
+from tbs.predictions.whole import program_frame, program_model  # noqa: E402
 
 TABLE = HERE.parent / "tbs" / "predictions" / "reference" / "whole_models.csv"
 MAX_BATCH = 32
-OVERHEADS_S = np.concatenate([[0.0], np.geomspace(1e-5, 2e-2, 120)])
+OVERHEADS_S = np.concatenate([[0.0], np.geomspace(1e-5, 2e-2, 120)])  # per-step host overhead
+KERNELS_S = np.concatenate([[0.0], np.geomspace(5e-7, 3e-5, 60)])  # each kernel's launch interval
+CLOCKS = (0.0, 0.25, 0.5, 1.0)  # base clock to boost clock
+TF32 = (1.0, 0.8, 0.65, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25)  # share of the TF32 peak reached
 TAIL = 0.05
 
 
@@ -46,40 +51,87 @@ def specs() -> dict:
     return out
 
 
-def kernel_seconds(table: pd.DataFrame, model: GpuModel, fold: bool) -> np.ndarray:
-    """Each row's kernels' predicted seconds (no host overhead)."""
+def program_frames(table: pd.DataFrame, fold: bool) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """Every row's kernels as one GPU-model table (TF32 at its full peak), each kernel's row of ``table`` and its
+    repeats."""
     found = specs()
-    out = []
-    for row in table.itertuples():
+    frames, owner, repeats = [], [], []
+    for index, row in enumerate(table.itertuples()):
         sequence = int(row.sequence_length) if row.sequence_length == row.sequence_length else None
         kernels = whole_models.kernels(row.model, sequence, int(row.batch_size), row.precision == "fp16")
-        out.append(predict_whole(kernels, found[row.device], row.precision, model, 0.0, fold_epilogues=fold).seconds)
-    return np.array(out)
+        kernels = [k for k in kernels if not (fold and k.get("epilogue"))]
+        frames.append(program_frame(kernels, found[row.device], row.precision, 1.0))
+        owner += [index] * len(kernels)
+        repeats += [float(k.get("repeat", 1)) for k in kernels]
+    return pd.concat(frames, ignore_index=True), np.array(owner), np.array(repeats)
 
 
-def fit_overhead(kernels_s: np.ndarray, published_s: np.ndarray) -> float:
-    """The per-step host overhead that minimises the median |log error|."""
-    errors = [np.median(np.abs(np.log((kernels_s + c) / published_s))) for c in OVERHEADS_S]
-    return float(OVERHEADS_S[int(np.argmin(errors))])
+Parts = dict[tuple[float, float], tuple[np.ndarray, np.ndarray]]
 
 
-def held_out(table: pd.DataFrame, kernels_s: np.ndarray) -> pd.DataFrame:
-    """Each row's prediction and band, its constants fitted without its model (classifiers: on every other)."""
+def row_parts(table: pd.DataFrame, model: GpuModel, fold: bool) -> Parts:
+    """Per (sustained clock, TF32 efficiency): each row's kernels' seconds without launches, and its seconds per
+    second of kernel_s (a row's prediction is linear in kernel_s and the host overhead: work + kernel_s x launches
+    + host)."""
+    frame, owner, repeats = program_frames(table, fold)
+    shapes = gemm_shapes(frame)
+    peak = frame["peak_flops_per_s"].to_numpy()
+    tf32 = (frame["precision"] == "tf32").to_numpy() & frame["tensor_cores"].to_numpy(dtype=bool)
+    out = {}
+    for efficiency in TF32:
+        frame["peak_flops_per_s"] = np.where(tf32, peak * efficiency, peak)
+        for clock in CLOCKS:
+            work, unit = (predict_frame(frame, program_model(model, k, clock), shapes) * repeats for k in (0.0, 1e-5))
+            out[clock, efficiency] = (np.bincount(owner, work, len(table)),
+                                      np.bincount(owner, (unit - work) / 1e-5, len(table)))
+    return out
+
+
+def fit(parts: Parts, published_s: np.ndarray, rows: np.ndarray) -> tuple[float, float, float, float]:
+    """(sustained clock, TF32 efficiency, kernel_s, host overhead) minimising the median |log error| over ``rows``."""
+    best: tuple[float, ...] = (np.inf, 0.0, 1.0, 0.0, 0.0)
+    for (clock, efficiency), (work, launches) in parts.items():
+        for kernel_s in KERNELS_S:
+            predicted = work[rows, None] + kernel_s * launches[rows, None] + OVERHEADS_S[None, :]
+            errors = np.median(np.abs(np.log(predicted / published_s[rows, None])), axis=0)
+            j = int(np.argmin(errors))
+            if errors[j] < best[0]:
+                best = (errors[j], clock, efficiency, kernel_s, float(OVERHEADS_S[j]))
+    return best[1:]  # type: ignore[return-value]
+
+
+def predicted(parts: Parts, constants: tuple[float, float, float, float]) -> np.ndarray:
+    clock, efficiency, kernel_s, overhead = constants
+    work, launches = parts[clock, efficiency]
+    return work + kernel_s * launches + overhead
+
+
+def held_out(table: pd.DataFrame, parts: Parts) -> pd.DataFrame:
+    """Each row's prediction and band, its constants fitted without its model (classifiers: on every other).
+
+    The band is cross-validated too: a non-classifier model's is the 5th and 95th percentiles of the other
+    non-classifier models' held-out residuals (each from constants fitted without that model), so it carries how
+    far apart models are, not only how well the constants fit the rows they were fitted on.
+    """
     out = table.copy()
     published = table["latency_s"].to_numpy(dtype=float)
     fitted = ~table["classifier"].to_numpy(dtype=bool)
-    overhead, low, high = np.zeros(len(table)), np.zeros(len(table)), np.zeros(len(table))
+    prediction, constants = np.zeros(len(table)), {}
     for model in table["model"].unique():
         rows = (table["model"] == model).to_numpy()
-        train = fitted & ~rows
-        c = fit_overhead(kernels_s[train], published[train])
-        errors = np.log(published[train] / (kernels_s[train] + c))
-        overhead[rows], low[rows], high[rows] = c, np.quantile(errors, TAIL), np.quantile(errors, 1 - TAIL)
-    out["predicted_s"] = kernels_s + overhead
-    out["kernels_s"] = kernels_s
-    out["host_overhead_s"] = overhead
-    out["low_s"], out["high_s"] = out["predicted_s"] * np.exp(low), out["predicted_s"] * np.exp(high)
-    out["log_error"] = np.log(out["predicted_s"] / published)
+        constants[model] = fit(parts, published, fitted & ~rows)
+        prediction[rows] = predicted(parts, constants[model])[rows]
+    residual = np.log(published / prediction)
+    low, high = np.zeros(len(table)), np.zeros(len(table))
+    for model in table["model"].unique():
+        rows = (table["model"] == model).to_numpy()
+        others = residual[fitted & ~rows]
+        low[rows], high[rows] = np.quantile(others, TAIL), np.quantile(others, 1 - TAIL)
+    out["predicted_s"] = prediction
+    out["sustained_clock"], out["tf32_efficiency"], out["kernel_s"], out["host_overhead_s"] = (
+        table["model"].map(lambda m, i=i: constants[m][i]) for i in range(4))
+    out["low_s"], out["high_s"] = prediction * np.exp(low), prediction * np.exp(high)
+    out["log_error"] = np.log(prediction / published)
     out["covered"] = (published >= out["low_s"]) & (published <= out["high_s"])
     return out
 
@@ -112,16 +164,24 @@ def main() -> None:
     left_out = table[~ready].groupby(["model", "precision"]).size()
     table = table[ready].reset_index(drop=True)
     model = fitted_model()
-    parts = []
+    sections = []
     for fold in (True, False):
-        scored = held_out(table, kernel_seconds(table, model, fold))
+        parts = row_parts(table, model, fold)
+        scored = held_out(table, parts)
         fitted = scored[~scored["classifier"]]
-        c = fit_overhead(fitted["kernels_s"].to_numpy(), fitted["latency_s"].to_numpy())
-        errors = np.log(fitted["latency_s"] / (fitted["kernels_s"] + c))
+        clock, efficiency, kernel_s, c = fit(parts, table["latency_s"].to_numpy(dtype=float), ~table["classifier"].to_numpy(bool))
+        errors = np.log(fitted["latency_s"] / fitted["predicted_s"])
         title = "GPU epilogues folded (bias/activation passes after a GEMM dropped)" if fold else "CPU fusions as compiled"
-        parts.append(f"## {title}\n\nShipped constants (fitted on every non-classifier row): host overhead "
-                     f"{c * 1e3:.2f} ms per step, band x{np.exp(np.quantile(errors, TAIL)):.2f} to "
-                     f"x{np.exp(np.quantile(errors, 1 - TAIL)):.2f}.\n\n"
+        section = (f"## {title}\n\nShipped constants (fitted on every non-classifier row): sustained clock "
+                      f"{clock:.2f} of the way from base to boost, TF32 at {efficiency:.2f} of its peak, {kernel_s * 1e6:.2f} us per kernel, host overhead "
+                      f"{c * 1e3:.2f} ms per step; band (the held-out residuals' 5th and 95th percentiles) "
+                      f"x{np.exp(np.quantile(errors, TAIL)):.2f} to x{np.exp(np.quantile(errors, 1 - TAIL)):.2f}.\n\n"
+                      f"Constants fitted without each model: "
+                      + "; ".join(f"{m}: clock {g['sustained_clock'].iloc[0]:.2f}, TF32 {g['tf32_efficiency'].iloc[0]:.2f}, "
+                                  f"{g['kernel_s'].iloc[0] * 1e6:.2f} us, "
+                                  f"{g['host_overhead_s'].iloc[0] * 1e3:.2f} ms"
+                                  for m, g in fitted.groupby("model")) + ".\n\n")
+        sections.append(section +
                      f"Held-out models (non-classifiers), per GPU:\n\n"
                      f"{markdown(summary(fitted, ['device']))}\nPer model, GPU and precision:\n\n"
                      f"{markdown(summary(fitted, ['model', 'device', 'precision']))}\n"
@@ -134,9 +194,10 @@ def main() -> None:
             f"in its `license` column). The shipped prediction folds the epilogues (the first section); the "
             f"second scores the CPU's fusions as compiled, to show what that choice does. "
             f"Errors are |log(predicted / published)| shown as a factor - 1; each non-classifier model's rows are "
-            f"scored with the host overhead and band fitted without that model."
+            f"scored with the constants (sustained clock, TF32 efficiency, per-kernel launch interval, host overhead) fitted without "
+            f"that model, and a band from the other models' held-out residuals."
             + (f" Not scored (their programs were not compiled here: {', '.join(f'{m} {p}' for m, p in left_out.index)}, "
-               f"{int(left_out.sum())} rows)." if len(left_out) else "") + "\n\n" + "\n".join(parts))
+               f"{int(left_out.sum())} rows)." if len(left_out) else "") + "\n\n" + "\n".join(sections))
     Path(args.out).write_text(text)
     print(text)
 

@@ -9,7 +9,8 @@ Importing tbs imports no framework: TensorFlow or JAX loads when a call needs it
 on the backend that call asks for.
 """
 
-from tbs.api import cluster_groups, devices, load, predict, profile, recommend, render, verify
+from tbs.api import cluster_groups, devices, diff, load, predict, profile, recommend, render, verify
+from tbs.compare import Diff
 from tbs.errors import TbsError, TbsWarning
 from tbs.measure.config import MeasureConfig, TrainingConfig
 from tbs.measure.timing import TimingConfig
@@ -29,6 +30,6 @@ def _version() -> str:
 __version__ = _version()
 
 __all__ = [
-    "profile", "load", "recommend", "verify", "render", "devices", "predict", "cluster_groups",
-    "Profile", "Recommendation", "Verification", "TimingConfig", "MeasureConfig", "TrainingConfig", "TbsError", "TbsWarning", "__version__",
+    "profile", "load", "recommend", "verify", "render", "devices", "predict", "diff", "cluster_groups",
+    "Profile", "Diff", "Recommendation", "Verification", "TimingConfig", "MeasureConfig", "TrainingConfig", "TbsError", "TbsWarning", "__version__",
 ]

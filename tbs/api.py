@@ -21,6 +21,7 @@ import pandas as pd
 from tbs import backends, checks
 from tbs.backends.base import Device
 from tbs.cost.prices import load_price_file
+from tbs.compare import Diff
 from tbs.cost.reprice import reprice
 from tbs.errors import ProfileError, StorageError, TbsError
 from tbs.errors import warn as _warn
@@ -37,7 +38,7 @@ from tbs.report.groups import DEFAULT_TOP
 from tbs.place.verify import Verification, verify_recommendation
 from tbs.run import Run, RunOptions, custom_object_dict
 
-__all__ = ["profile", "load", "recommend", "verify", "render", "devices", "predict", "cluster_groups",
+__all__ = ["profile", "load", "recommend", "verify", "render", "devices", "predict", "diff", "cluster_groups",
            "placement_for_report"]
 
 PathLike = str | os.PathLike
@@ -61,8 +62,8 @@ def profile(model: Any, batch_sizes: Iterable[int] = (32,), devices: str | Seque
     adds the cost of one pass over the data to the report. ``measure`` (a ``tbs.MeasureConfig``)
     says what else is measured and how programs are built: the compiler's analysis, identical
     calls measured once (``shared_with`` names the row they share), the largest batch confirmed
-    by real calls, XLA for TensorFlow, the synthetic inputs' seed; ``timing`` (a
-    ``tbs.TimingConfig``) how each time is taken. Each device's memory per batch is fitted from
+    by real calls, XLA on a backend that does not always compile with it, the synthetic inputs'
+    seed; ``timing`` (a ``tbs.TimingConfig``) how each time is taken. Each device's memory per batch is fitted from
     the compiled programs, with the largest batch it allows (``metadata["capacity"]``).
     Ctrl-C stops after the current sample and returns what was measured, marked
     ``interrupted`` (``resume=True`` finishes it); a second Ctrl-C stops at once.
@@ -182,6 +183,35 @@ def _as_profile(profile: Any, name: str = "profile") -> Profile:
     return load(profile)
 
 
+def diff(base: Profile | PathLike, new: Profile | PathLike, *, threshold: float = 0.10, confidence: float = 0.95,
+         force: bool = False, gate: str = "all", prices: str | Mapping[str, float] | None = None,
+         spot: str | Mapping[str, float] | None = None) -> Diff:
+    """``new`` against ``base``: per layer, device and batch, and whole, the change beyond noise (a ``tbs.Diff``).
+
+    ``threshold`` (a fraction: 0.10 is 10%) and ``gate`` ('all' cells or only the whole 'model') decide
+    ``Diff.regressed``: a cell slower beyond noise by more than the threshold, or failing where BASE ran.
+    ``confidence`` is the level of every interval and of the verdicts (corrected for the number of cells).
+    Profiles measured in another mode, backend or input are refused unless ``force``. ``prices``/``spot``
+    re-price both sides alike. Render it with ``tbs.render(d, "text" | "markdown" | "json")``.
+    """
+    from tbs.compare import GATES
+    from tbs.compare import diff as _diff
+
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold < 100:
+        raise TbsError(f"threshold={threshold!r}: give a fraction of 0 or more, e.g. 0.10 for 10% (--threshold 10%)")
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.5 <= confidence < 1:
+        raise TbsError(f"confidence={confidence!r}: give a level between 0.5 and 1, e.g. 0.95 (--confidence)")
+    if gate not in GATES:
+        raise TbsError(f"gate={gate!r}: choose {' or '.join(map(repr, GATES))} (--gate)")
+    force = checks.flag("force", force)
+    new_prices, discounts = checks.prices(prices), checks.spot(spot)
+    sides = []
+    for name, value in (("base", base), ("new", new)):
+        loaded = _as_profile(value, name)
+        sides.append(reprice(loaded, new_prices, discounts) if new_prices or discounts else loaded)
+    return _diff(sides[0], sides[1], threshold=float(threshold), confidence=float(confidence), force=force, gate=gate)
+
+
 def predict(profile: Profile | PathLike, devices: str | Sequence[str], *, source: str | None = None,
             catalog: PathLike | None = None, prices: str | Mapping[str, float] | None = None) -> Profile:
     """The profile with predicted cells for catalog devices it did not measure (``profile.predictions``).
@@ -287,7 +317,7 @@ def placement_for_report(profile: Profile) -> Recommendation | str:
     devices = sorted(profile.summary["device"].dropna().unique()) if len(profile.summary) else []
     if len(devices) < 2:
         return "One device profiled: nothing to place. Profile two or more devices."
-    programs = {(str((e.get("host") or {}).get("hostname")), e.get("backend") or "tensorflow")
+    programs = {(str((e.get("host") or {}).get("hostname")), e.get("backend") or backends.DEFAULT)
                 for e in profile.meta.environments}
     if len(programs) > 1:
         return ("These profiles come from different machines or backends, and a placement splits one model "
@@ -300,10 +330,11 @@ def placement_for_report(profile: Profile) -> Recommendation | str:
         return f"No recommendation: {exc}"
 
 
-def render(profile: Profile | PathLike | None, fmt: str = "text", *, recommendation: Recommendation | str | None = None,
-           dataset_size: int | None = None, compare: Profile | PathLike | None = None,
-           compare_recommendation: Recommendation | str | None = None, top: int | None = DEFAULT_TOP,
-           group: str | None = None) -> str:
+def render(profile: Profile | Diff | PathLike | None, fmt: str = "text", *, recommendation: Recommendation | str | None = None,
+           dataset_size: int | None = None, other_mode: Profile | PathLike | None = None,
+           other_mode_recommendation: Recommendation | str | None = None, top: int | None = DEFAULT_TOP,
+           group: str | None = None, compare: Profile | PathLike | None = None,
+           compare_recommendation: Recommendation | str | None = None) -> str:
     """``fmt``: text, html (self-contained), json, csv, predicted or trace (Chrome/Perfetto trace-event JSON: the
     traced whole-model calls op by op under their Keras layers, and the isolated cells). Returns the text;
     nothing is measured or solved.
@@ -313,19 +344,42 @@ def render(profile: Profile | PathLike | None, fmt: str = "text", *, recommendat
     the text's totals per layer kind or per block instead of the layers.
 
     ``dataset_size`` adds the cost of a workload of that many samples (one epoch in training);
-    by default the size the profile recorded (``tbs.profile(dataset_size=...)``, ``--samples``).
+    by default the size the profile recorded (``tbs.profile(dataset_size=...)``, ``--dataset-size``).
 
-    ``compare`` is a profile of the same model in the other mode (inference against training):
-    both are shown, with the layers whose cheapest device differs between them.
+    ``other_mode`` is a profile of the same model in the other mode (inference against training):
+    both are shown, with the layers whose cheapest device differs between them;
+    ``other_mode_recommendation`` is its placement. ``compare`` and ``compare_recommendation``
+    are their old names, still accepted.
+
+    A ``tbs.Diff`` (``tbs.diff``) renders as text, markdown or json: the cells that changed, or every
+    cell with ``top=None``.
     """
+    if isinstance(profile, Diff):
+        from tbs.report import diff as diff_report
+
+        if fmt not in diff_report.FORMATS:
+            raise TbsError(f"fmt={fmt!r}: a tbs.Diff renders as {', '.join(diff_report.FORMATS)}")
+        return diff_report.render(profile, fmt, every_cell=top is None)
     if not isinstance(fmt, str):
         raise TbsError(f"fmt={fmt!r}: give a format name: text, html, json, csv, predicted or trace")
-    for name, value in (("recommendation", recommendation), ("compare_recommendation", compare_recommendation)):
+    other_mode, other_name = _renamed("other_mode", other_mode, "compare", compare)
+    other_rec, rec_name = _renamed("other_mode_recommendation", other_mode_recommendation,
+                                   "compare_recommendation", compare_recommendation)
+    for name, value in (("recommendation", recommendation), (rec_name, other_rec)):
         if value is not None and not isinstance(value, (Recommendation, str)):
             raise TbsError(f"{name}: give a tbs.Recommendation (from tbs.recommend), not {type(value).__name__}")
     return _render(None if profile is None else _as_profile(profile), fmt, recommendation, checks.dataset_size(dataset_size),
-                   compare=None if compare is None else _as_profile(compare, "compare"),
-                   compare_recommendation=compare_recommendation, top=top, group=group)
+                   other_mode=None if other_mode is None else _as_profile(other_mode, other_name),
+                   other_mode_recommendation=other_rec, top=top, group=group)
+
+
+def _renamed(name: str, value: Any, old_name: str, old_value: Any) -> tuple[Any, str]:
+    """An argument given by its name or its old name (not both), and the name it was given by."""
+    if old_value is None:
+        return value, name
+    if value is not None:
+        raise TbsError(f"{old_name}= is the old name of {name}=: give one of them")
+    return old_value, old_name
 
 
 def devices(backend: str | Sequence[str] | None = None) -> pd.DataFrame:

@@ -163,4 +163,4 @@ def training(value: Any) -> TrainingConfig | None:
 
 def dataset_size(value: Any) -> int | None:
     """The dataset's size in samples (the report's cost per epoch), or None."""
-    return None if value is None else whole("dataset_size", value, 1, " (--samples: the dataset's size)")
+    return None if value is None else whole("dataset_size", value, 1, " (--dataset-size: the dataset's size)")

@@ -1,7 +1,7 @@
 """One profiling run behind ``tbs.profile``: check the request, load the model per device, measure, save.
 
 Checks that need no framework come first (files, batch sizes), so a mistake is
-reported before the slow import of TensorFlow or JAX; then the backend is chosen,
+reported before the slow import of the backend's framework; then the backend is chosen,
 devices found, the model loaded on the first device and its inputs made.
 """
 

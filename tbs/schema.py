@@ -31,7 +31,19 @@ Format history (``FORMAT_VERSION``, written to ``metadata.json`` as ``tbs_profil
   analysis.csv's ``kernels`` (the optimised program's kernels, JSON) and predictions.csv's
   ``in_model_s`` and ``model_share`` (a layer's seconds and share inside a whole model predicted
   from its compiled program).
-- Added since 6, without a new version (a reader fills a missing column blank, never 0): in-context times.
+- 6: tbs 0.6 — the layer graph's endpoints are names no layer or input can take: a model input is
+  ``/input/<its name>`` and the model's outputs go to ``/output`` (``GRAPH_INPUT``, ``GRAPH_OUTPUT``),
+  where versions 1-5 wrote ``input:<its name>`` and ``output``, which were compared with layer names:
+  a layer named ``output`` was taken for the model's output, one named ``input_proj`` for a model
+  input on the host. Older graphs read as if written so (``current_graph``), and a resumed profile
+  goes on in the new names.
+- 7: tbs 0.7 (issue 32) — metadata.json's values are checked on read, not only its keys: every ``Metadata``
+  field against its type, and the nested records against their own (``ModelRecord``,
+  ``DeviceRecord``, ``TrainingRecord``, ``TransferFit``, ``CalibrationRecord``,
+  ``CapacityRecord``); a damaged value is refused in one line naming the file and the key
+  (``tbs.profiles.metadata.check_metadata``). The files and keys are those of version 6, so versions 1-6 read unchanged
+  (they are checked the same way: a value of the wrong type was as damaged then).
+- Added since 7, without a new version (a reader fills a missing column blank, never 0): in-context times.
   ``ops.csv`` holds each (device, batch)'s few whole-model calls traced with the framework's profiler
   (``OPS_COLUMNS``: each call's span, each op with the framework op paths it runs); summary.csv gains
   ``in_model_s`` (a measured layer's seconds inside one traced whole-model call: the same meaning as
@@ -39,22 +51,16 @@ Format history (``FORMAT_VERSION``, written to ``metadata.json`` as ``tbs_profil
   shared with other layers) and ``in_model_note`` (why it differs from ``median_s``); model.csv gains
   ``in_model_s`` (the traced call's span), ``model_share`` (1), ``unowned_s`` (the framework's own time in it)
   and ``traced_calls``. All are derived from ops.csv when a profile is read (tbs.measure.in_context).
-- 6: tbs 0.6 — the layer graph's endpoints are names no layer or input can take: a model input is
-  ``/input/<its name>`` and the model's outputs go to ``/output`` (``GRAPH_INPUT``, ``GRAPH_OUTPUT``),
-  where versions 1-5 wrote ``input:<its name>`` and ``output``, which were compared with layer names:
-  a layer named ``output`` was taken for the model's output, one named ``input_proj`` for a model
-  input on the host. Older graphs read as if written so (``current_graph``), and a resumed profile
-  goes on in the new names.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Mapping, NamedTuple, TypedDict
 
-FORMAT_VERSION = 6
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
+FORMAT_VERSION = 7
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 # The Keras backend a profile was measured on when its metadata does not say (profiles before
 # the backend was recorded); ``tbs.backends.DEFAULT`` is this same name.
 DEFAULT_BACKEND = "tensorflow"
@@ -296,6 +302,64 @@ class LayerRecord:
         return cls(**{k: v for k, v in entry.items() if k in known})
 
 
+# The nested records of metadata.json, typed. ``total=False``: a key may be missing (older writers),
+# and a key a record does not declare is a newer writer's, let through; a declared key's value
+# must have its type (``check_metadata``). A float field takes an int.
+ModelRecord = TypedDict("ModelRecord", {"name": str, "keras_name": "str | None", "class": str, "path": "str | None",
+                                        "sha256": "str | None", "format": "str | None", "params": "int | None"},
+                        total=False)
+
+
+class DeviceRecord(TypedDict, total=False):
+    """One measured device (``Device.as_dict``; ``host``: the node group of a cluster profile)."""
+
+    name: str
+    kind: str
+    description: str | None
+    memory_bytes: int | None
+    backend: str | None
+    host: str | None
+
+
+class TrainingRecord(TypedDict, total=False):
+    """How a training profile trains: the loss and optimizer (each with its source), the targets, the backward."""
+
+    loss: dict[str, Any]
+    optimizer: dict[str, Any]
+    targets: str
+    note: str
+    backward_method: str
+
+
+class TransferFit(TypedDict, total=False):
+    """A copy's cost between two devices: ``alpha_s + beta_s_per_byte * bytes``."""
+
+    alpha_s: float
+    beta_s_per_byte: float
+
+
+class CalibrationRecord(TypedDict, total=False):
+    """A device's measured ceilings: FLOP/s per dtype and read bandwidth, the programs timed, what failed."""
+
+    matmul_flops_per_s: dict[str, float]
+    memory_bytes_per_s: float | None
+    programs: list[dict[str, Any]]
+    failed: dict[str, str]
+
+
+class CapacityRecord(TypedDict, total=False):
+    """A device's memory fit and largest batch: estimated by the compiler, confirmed by real calls, or why not."""
+
+    largest_batch: int | None
+    estimated_batch: float | None
+    estimate_capped: bool | None
+    capped: bool | None
+    limit_bytes: float | None
+    tries: list[dict[str, Any]]
+    reason: str | None
+    note: str | None
+
+
 @dataclass(frozen=True)
 class Metadata:
     """``metadata.json``, typed: what was measured, where, how, and how far it got.
@@ -308,17 +372,17 @@ class Metadata:
 
     tbs_profile_version: int | None = None
     tbs_version: str | None = None
-    model: dict[str, Any] = field(default_factory=dict)  # name, path, sha256, class, params
+    model: ModelRecord = field(default_factory=dict)  # type: ignore[assignment]
     inputs: list[dict[str, Any]] = field(default_factory=list)
     input_source: str | None = None
     seed: int | None = None
     mode: str | None = None  # "inference" | "training"
     # loss (name, source, serialized, weights), optimizer (name, config, source), backward_method, targets,
     # and note: why the model's own compile() was not used where it could not be restored
-    training: dict[str, Any] = field(default_factory=dict)
-    samples: int | None = None  # the dataset's size (tbs.profile(dataset_size=), --samples): the cost per epoch
+    training: TrainingRecord = field(default_factory=dict)  # type: ignore[assignment]
+    samples: int | None = None  # the dataset's size (tbs.profile(dataset_size=), --dataset-size): the cost per epoch
     batch_sizes: list[int] = field(default_factory=list)
-    devices: list[dict[str, Any]] = field(default_factory=list)
+    devices: list[DeviceRecord] = field(default_factory=list)
     devices_missing: dict[str, str] = field(default_factory=dict)
     prices_usd_per_hour: dict[str, float] = field(default_factory=dict)
     spot_discount: dict[str, float] = field(default_factory=dict)
@@ -341,14 +405,14 @@ class Metadata:
     resumed: int | None = None
     layers: list[dict[str, Any]] = field(default_factory=list)  # LayerRecord.as_dict() per leaf call (Profile.layers)
     graph: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # batch -> edges
-    transfers: dict[str, dict[str, float]] = field(default_factory=dict)  # "src->dst" -> fitted copy cost
+    transfers: dict[str, TransferFit] = field(default_factory=dict)  # "src->dst" -> fitted copy cost
     host_device: str | None = None
     harness_overhead: dict[str, dict[str, float]] = field(default_factory=dict)  # device@batch -> harness cost
     sampled_in_chunks: dict[str, int] = field(default_factory=dict)  # device@batch -> chunks (big models)
     environments: list[dict[str, Any]] = field(default_factory=list)  # merged or cluster: each machine's
     merged_from: list[str] = field(default_factory=list)
-    calibration: dict[str, dict[str, Any]] = field(default_factory=dict)  # device -> achievable FLOP/s, bandwidth
-    capacity: dict[str, dict[str, Any]] = field(default_factory=dict)  # device -> memory fit, largest batch
+    calibration: dict[str, CalibrationRecord] = field(default_factory=dict)  # device -> achievable FLOP/s, bandwidth
+    capacity: dict[str, CapacityRecord] = field(default_factory=dict)  # device -> memory fit, largest batch
     rebuilt: str | None = None  # metadata.json was damaged or lost and rebuilt from the rows and a --resume
     cluster: dict[str, dict[str, Any]] = field(default_factory=dict)  # node group -> its nodes and devices
     cluster_links: str | None = None  # how copies between a cluster's nodes were measured, or why not

@@ -48,9 +48,9 @@ later = device.training_programs(lambda t: dense(t), [x], dense.variables, [Fals
 out["later_call"] = [later.backward is not None, later.update is None, later.weight_bytes, later.slot_bytes]
 relu = keras.layers.ReLU()
 out["relu"] = device.training_programs(lambda t: relu(t), [np.ones((4, 4), "float32")], [], [False], None, False).backward is None
-from tbs.backends.jax.training import _pure
+from tbs.backends.jax.training import pure_call
 drop = keras.layers.Dropout(0.5)
-pure = _pure(lambda t: drop(t, training=True), [], list(drop.variables), lambda o: [o])
+pure = pure_call(lambda t: drop(t, training=True), [], list(drop.variables), lambda o: [o])
 state = [v.value for v in drop.variables]
 _, new_state = pure([], state, np.ones((8, 8), "float32"))
 out["seed_advances"] = bool(np.any(np.asarray(new_state[0]) != np.asarray(state[0])))

@@ -130,11 +130,14 @@ def test_a_profile_directory_is_locked_while_measuring(seq_pkl, tmp_path):
 def test_a_profile_from_a_newer_tbs_is_refused_with_the_writer(in_memory_profile, tmp_path):
     saved = in_memory_profile.save(tmp_path / "p")
     meta = json.loads((saved / "metadata.json").read_text())
-    assert meta["tbs_profile_version"] == FORMAT_VERSION == 6 and meta["tbs_version"]
+    assert meta["tbs_profile_version"] == FORMAT_VERSION == 7 and meta["tbs_version"]
     meta.update(tbs_profile_version=99, tbs_version="9.0")
     (saved / "metadata.json").write_text(json.dumps(meta))
     with pytest.raises(ProfileError, match="format 99, written by tbs 9.0"):
         tbs.load(saved)
+    meta["tbs_profile_version"] = 6  # format 6 (before metadata values were checked) still reads
+    (saved / "metadata.json").write_text(json.dumps(meta))
+    assert tbs.load(saved).complete
     del meta["tbs_profile_version"]  # a format-1 profile (tbs 0.1 wrote no version check) still reads
     (saved / "metadata.json").write_text(json.dumps(meta))
     assert tbs.load(saved).complete

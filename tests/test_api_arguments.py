@@ -42,11 +42,14 @@ TABLE: dict[str, dict[str, list]] = {
     "verify": {"profile": [5, None], "recommendation": [5, None, "rec"], "custom_objects": [5], "safe_mode": ["x"],
                "model": [5], "input": [5, NOT_A_PATH]},
     "render": {"profile": [42, 2.5], "fmt": [5, None], "recommendation": [5], "dataset_size": ["x", 0],
-               "compare": [5], "compare_recommendation": [5], "top": ["x", 0, True, 2.5],
+               "other_mode": [5], "other_mode_recommendation": [5], "compare": [5], "compare_recommendation": [5],
+               "top": ["x", 0, True, 2.5],
                "group": [5, "layers"]},
     "devices": {"backend": [5, [5], ""]},
     "predict": {"profile": [5], "devices": [5, None, [5], ""], "source": [5, ["cpu:0"]], "catalog": [5, ["c.csv"]],
                 "prices": [5]},
+    "diff": {"base": [5, None], "new": [5, None], "threshold": ["x", -0.1, True, None], "confidence": ["x", 1.5, 0.2, True],
+             "force": ["yes", None, 1], "gate": [5, "layers", None], "prices": [5, ["cpu"]], "spot": [5, ["tpu"]]},
     "cluster_groups": {"address": [5, None, ""]},
     "Profile.save": {"directory": [5, None]},
     "TimingConfig": {name: ["x", None] for name in inspect.signature(tbs.TimingConfig).parameters},
@@ -77,6 +80,8 @@ def _call(name: str, parameter: str, value, saved) -> None:
         return getattr(tbs, name)(**args)
     if name == "render":
         return tbs.render(**{"profile": directory, parameter: value})
+    if name == "diff":
+        return tbs.diff(**{"base": directory, "new": directory, parameter: value})
     if name == "devices":
         return tbs.devices(value)
     if name == "cluster_groups":

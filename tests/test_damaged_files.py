@@ -78,6 +78,28 @@ def test_a_damaged_value_is_one_line_naming_file_and_line_in_every_command(profi
         assert stderr.count("\n") == 1 and f"{name}.csv" in stderr and message in stderr, (command, stderr)
 
 
+METADATA_DAMAGE = [  # (key, damaged value, what the one line says)
+    ("capacity", "abc", "key capacity is 'abc', not a JSON object"),
+    ("capacity", {"cpu:0": {"largest_batch": "many"}}, "key capacity['cpu:0'].largest_batch is 'many', not a whole number"),
+    ("transfers", {"cpu:0->cpu:1": {"alpha_s": "x"}}, "key transfers['cpu:0->cpu:1'].alpha_s is 'x', not a number"),
+    ("batch_sizes", [8, "64"], "key batch_sizes[1] is '64', not a whole number"),
+    ("xla", "no", "key xla is 'no', not true or false"),
+    ("devices", {"cpu:0": 1}, "key devices is {'cpu:0': 1}, not a list"),
+]
+
+
+@pytest.mark.parametrize("key, value, message", METADATA_DAMAGE)
+def test_a_damaged_metadata_value_is_one_line_naming_file_and_key(profile_dir, key, value, message):
+    path = profile_dir / "metadata.json"
+    metadata = json.loads(path.read_text())
+    metadata[key] = value
+    path.write_text(json.dumps(metadata))
+    for command in (["report", profile_dir], ["recommend", profile_dir, "--objective", "time"]):
+        code, stdout, stderr = _run(*command)
+        assert code == 2 and stdout == "", (command, stderr)
+        assert stderr.count("\n") == 1 and "metadata.json" in stderr and message in stderr, (command, stderr)
+
+
 def test_a_garbage_row_appended_is_refused_not_shown(profile_dir):
     with open(profile_dir / "summary.csv", "a") as handle:
         handle.write("garbage,row,here\n")

@@ -253,7 +253,9 @@ def test_commands_that_need_no_model_run(fake, tmp_path):
             ["report", fake, "--cost", "cpu=capex:25000/1y,gpu=3", "--spot", "gpu=0.7", "--samples", "1000"],
             ["recommend", fake, "--cost", "cpu=0.5,gpu=3"], ["recommend", fake, "--objective", "time", "--format", "json"],
             ["recommend", fake, "--objective", "time", "--billing", "dedicated", "--max-latency", "100"],
-            ["predict", copy, "--device", "l4,h100,tpu-v5e"]]
+            ["predict", copy, "--device", "l4,h100,tpu-v5e"],
+            ["diff", fake, copy], ["diff", fake, copy, "--format", "markdown", "--all"],
+            ["diff", fake, copy, "--format", "json", "--gate", "model", "--threshold", "5%"]]
     for args in runs:
         result = CliRunner().invoke(cli, [str(a) for a in args])
         assert result.exit_code == 0, f"tbs {' '.join(map(str, args))}: {result.output}{result.stderr}"

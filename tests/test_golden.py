@@ -82,7 +82,7 @@ def test_golden_profile_is_what_the_script_says(golden_profile):
 
 def test_training_text_matches_its_golden_file(tmp_path):
     """A training profile's console view: phases per layer, Σ layers + loss against the train step, the epoch."""
-    from tbs.testing_training import fake_training_profile
+    from tbs.testing.training import fake_training_profile
 
     profile = replace(fake_training_profile(tmp_path / "train"), directory=Path("profiles/train"))
     text = render(profile, "text", recommendation=recommend(profile, "cost"), dataset_size=50_000)

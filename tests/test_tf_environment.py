@@ -37,7 +37,7 @@ def test_plain_discovery_lets_no_native_line_through(tmp_path):
 
 
 def test_held_back_native_output_is_replayed_when_the_block_fails(capfd):
-    from tbs.backends.tensorflow.environment import native_stderr_captured
+    from tbs.backends.host import native_stderr_captured
 
     with native_stderr_captured():
         os.write(2, b"probe chatter\n")

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from keras_models import keras
-from tbs.backends.tensorflow.device import _consume
+from tbs.backends.tensorflow.loop import consume
 from tbs.backends.tensorflow.discovery import discover
 from tbs.backends.tensorflow.environment import tensorflow
 
@@ -86,7 +86,7 @@ def test_probe_sees_a_default_while_loop_overlap_calls():
 
     @tf.function
     def plain(n, t):
-        return tf.while_loop(lambda i, acc: i < n, lambda i, acc: (i + 1, acc + _consume(probe.op(t))),
+        return tf.while_loop(lambda i, acc: i < n, lambda i, acc: (i + 1, acc + consume(probe.op(t))),
                              (tf.constant(0), tf.constant(0.0)))[1]
 
     plain(tf.constant(CALLS), x).numpy()

@@ -236,7 +236,7 @@ def test_a_subclassed_model_and_batchnorm_with_dropout_get_their_phases(subclass
 
 
 def test_report_shows_an_inference_and_a_training_profile_side_by_side(tmp_path: Path) -> None:
-    from tbs.testing_training import fake_training_profile
+    from tbs.testing.training import fake_training_profile
 
     fake_training_profile(tmp_path / "t")
     fake_training_profile(tmp_path / "i", training=False)

@@ -14,7 +14,7 @@ from tbs.place.recommend import TRAINING_NOTE, evaluate, gather, recommend
 from tbs.place.solvers import Problem, Tensor, brute_force, is_chain, solve_chain, solve_milp, solve_two_devices
 from tbs.report.base import render
 from tbs.schema import LOSS_LAYER
-from tbs.testing_training import fake_training_profile
+from tbs.testing.training import fake_training_profile
 
 ALPHA = 1e-3  # seconds per copy, either way, whatever its size
 # Every layer is cheaper on the CPU but dense, which saves 3 ms on the GPU: a split costs two

@@ -23,7 +23,7 @@ from tbs.report.winners import mode_differences, phase_table
 from tbs.report.base import render
 from tbs.report.figures import PHASE_COLORS, phase_figure
 from tbs.schema import LOSS_LAYER
-from tbs.testing_training import TRAINING_SECONDS, fake_training_profile
+from tbs.testing.training import TRAINING_SECONDS, fake_training_profile
 
 EPOCH = 50_000
 
@@ -118,7 +118,7 @@ def test_cost_per_epoch_is_n_times_the_cost_per_training_sample(trained, page):
     cost_section = page[page.index('id="train-cost"'):page.index('id="memory"')]
     assert expected in cost_section
     without = training.section_training_cost(html.ReportData(trained))
-    assert "cost / epoch" not in without and "--samples N" in without
+    assert "cost / epoch" not in without and "--dataset-size N" in without
 
 
 def test_an_unpriced_device_stays_unpriced_in_every_training_table(tmp_path):
@@ -197,19 +197,19 @@ def test_without_every_price_the_modes_are_compared_by_time(tmp_path, inferred):
 
 
 def test_either_order_renders_both_views_and_the_differences(trained, inferred):
-    one = render(inferred, "html", compare=trained)
-    assert render(inferred, "text", compare=trained) == render(trained, "text", compare=inferred)
+    one = render(inferred, "html", other_mode=trained)
+    assert render(inferred, "text", other_mode=trained) == render(trained, "text", other_mode=inferred)
     assert 'id="t-phases"' in one and 'id="i-summary"' in one and 'id="t-summary"' in one
     assert 'id="phases"' not in one and 'id="i-phases"' not in one  # inference has no phases section
     assert "In 1 of 10 layer × batch cells the cheapest device differs" in one
-    text = render(inferred, "text", compare=trained)
+    text = render(inferred, "text", other_mode=trained)
     assert text.index("== training") < text.index("== inference") < text.index("== where the cheapest")
-    both = json.loads(render(trained, "json", compare=inferred))
+    both = json.loads(render(trained, "json", other_mode=inferred))
     assert [r["layer"] for r in both["mode_differences"] if r["differs"]] == ["embedding"]
-    rows = pd.read_csv(StringIO(render(trained, "csv", compare=inferred)))
+    rows = pd.read_csv(StringIO(render(trained, "csv", other_mode=inferred)))
     assert set(rows["mode"]) == {"training", "inference"}
     with pytest.raises(TbsError, match="one inference and one training profile"):
-        render(trained, "html", compare=trained)
+        render(trained, "html", other_mode=trained)
 
 
 def _on(profile, host, **training):
@@ -246,13 +246,13 @@ def test_profiles_are_split_by_mode_and_each_mode_merged(trained, inferred):
 def test_the_dataset_size_given_to_tbs_profile_prices_the_epoch(trained):
     recorded = replace(trained, metadata=dict(trained.metadata, samples=1000))
     assert "one epoch of 1,000 samples" in render(recorded, "text")
-    assert "one epoch of 20 samples" in render(recorded, "text", dataset_size=20)  # --samples at report time wins
+    assert "one epoch of 20 samples" in render(recorded, "text", dataset_size=20)  # --dataset-size at report time wins
     assert "one epoch" not in render(trained, "text")
 
 
 def test_with_one_device_in_common_the_comparison_says_there_is_nothing_to_compare(trained, inferred):
     cpu_only = replace(inferred, summary=inferred.summary[inferred.summary["device"] == "cpu:0"])
-    text = render(trained, "text", compare=cpu_only)
+    text = render(trained, "text", other_mode=cpu_only)
     assert "share 1 device (cpu:0): there is no cheapest device to compare" in text
 
 
@@ -263,3 +263,26 @@ def test_every_section_of_a_training_report_has_its_own_anchor(page):
     assert len(anchors) == len(set(anchors)) and {"memory", "capacity", "roofline"} <= set(anchors)
     links = re.findall(r'<a href="#([^"]+)">', page.split("</nav>")[0])
     assert set(links) <= set(anchors) and len(links) == len(set(links))
+
+
+def test_dataset_size_is_named_for_what_it_is_and_samples_still_works(tmp_path):
+    from click.testing import CliRunner
+
+    from tbs.cli import cli
+
+    fake_training_profile(tmp_path / "t")
+    new = CliRunner().invoke(cli, ["report", str(tmp_path / "t"), "--dataset-size", "50000"])
+    old = CliRunner().invoke(cli, ["report", str(tmp_path / "t"), "--samples", "50000"])
+    assert new.exit_code == old.exit_code == 0, new.output + old.output
+    assert "one epoch of 50,000 samples" in new.stdout and new.stdout == old.stdout
+    assert new.stderr == "" and "--samples is the old name of --dataset-size" in old.stderr
+    both = CliRunner().invoke(cli, ["report", str(tmp_path / "t"), "--samples", "5", "--dataset-size", "5"])
+    assert both.exit_code == 2 and len(both.output.strip().splitlines()) == 1 and "old name" in both.output
+
+
+def test_the_other_mode_is_passed_by_its_name_or_its_old_one(trained, inferred):
+    import tbs
+
+    assert tbs.render(inferred, "text", other_mode=trained) == tbs.render(inferred, "text", compare=trained)
+    with pytest.raises(TbsError, match="compare= is the old name of other_mode="):
+        tbs.render(inferred, "text", other_mode=trained, compare=trained)

@@ -106,6 +106,31 @@ def test_the_whole_program_is_priced_with_epilogues_folded_and_each_kernel_has_a
     assert layer_of("XLA_Args", ["conv2d"]) == ""
 
 
+def test_a_programs_kernels_pay_the_back_to_back_launch_interval_at_the_clock_a_gpu_sustains():
+    from tbs.predictions.whole import HOST_OVERHEAD_S, KERNEL_S, TF32_EFFICIENCY
+
+    t4 = gpu_spec(load_catalog()["t4"])
+    model = fitted_model()
+    tiny = [{"kind": "memory", "bytes": 64.0, "flops": 0.0}] * 100  # launch-bound: each costs the launch interval
+    found = predict_whole(tiny, t4, "fp32", model)
+    assert KERNEL_S < model.launch_s / 2  # not the GPU model's isolated kernel, timed alone between CUDA events
+    assert found.seconds - HOST_OVERHEAD_S == pytest.approx(100 * KERNEL_S, rel=0.3)
+    # A large GEMM is compute-bound: at the base clock (the steady state) it takes boost / base as long as at boost.
+    gemm = [{"kind": "gemm", "m": 4096, "n": 4096, "k": 4096, "count": 1, "flops": 2.0 * 4096 ** 3,
+             "bytes": 3 * 4096 ** 2 * 4.0}]
+    base, boost = (predict_whole(gemm, t4, "fp32", model, 0.0, kernel_s=0.0, sustained_clock=c).seconds
+                   for c in (0.0, 1.0))
+    assert base / boost == pytest.approx(t4.boost_clock_hz / t4.base_clock_hz, rel=1e-6)
+    assert predict_whole(gemm, t4, "fp32", model, 0.0, kernel_s=0.0).seconds == pytest.approx(base)  # shipped: base
+    # TF32 tensor-core work runs at the share of its peak the published stacks reached; FP16 and FP32 are untouched.
+    a100 = gpu_spec(load_catalog()["a100-40gb"])
+    full, shipped = (predict_whole(gemm, a100, "tf32", model, 0.0, kernel_s=0.0, tf32_efficiency=e).seconds
+                     for e in (1.0, TF32_EFFICIENCY))
+    assert TF32_EFFICIENCY < 1.0 and shipped / full == pytest.approx(1.0 / TF32_EFFICIENCY, rel=0.05)
+    assert predict_whole(gemm, a100, "fp16", model, 0.0, tf32_efficiency=0.5).seconds == pytest.approx(
+        predict_whole(gemm, a100, "fp16", model, 0.0).seconds)
+
+
 def test_a_profile_records_its_whole_program_and_a_gpu_is_predicted_from_it(tmp_path):
     import tbs
 
@@ -149,5 +174,10 @@ def test_the_published_whole_model_rows_name_their_source_precision_and_licence_
     assert set(table["precision"]) == {"fp16", "fp32", "tf32"} and (table["latency_s"] > 0).all()
     assert table[["source_path", "commit", "table", "license"]].notna().all().all()
     assert set(table.loc[table["classifier"], "family"]) == {"resnet50"}  # the independent check, never fitted
-    bert = table.query("model == 'bert_base' and device == 't4' and precision == 'fp32' and sequence_length == 128")
+    bert = table.query("model == 'bert_base' and device == 't4' and precision == 'fp32' and sequence_length == 128"
+                       " and framework.str.contains('TF1')", engine="python")
     assert bert.set_index("batch_size")["latency_s"][1] == pytest.approx(18.80e-3)  # the table's 90th percentile
+    tf2 = table[table["source_path"] == "TensorFlow2/LanguageModeling/BERT/README.md"]  # the model from the label
+    assert set(tf2["device"]) == {"a100-80gb", "t4", "v100"} and set(tf2["model"]) == {"bert_base", "bert_large"}
+    first = tf2.iloc[0]  # DGX-1 V100 16GB, "BERT-LARGE FP16", 128 tokens, batch 1: 9.67 ms at the 90th percentile
+    assert (first["model"], first["precision"], first["latency_s"]) == ("bert_large", "fp16", pytest.approx(9.67e-3))

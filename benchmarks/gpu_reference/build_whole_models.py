@@ -28,7 +28,9 @@ DEFAULT_OUT = HERE.parent.parent / "tbs" / "predictions" / "reference" / "whole_
 LICENSES = {"TensorFlow/LanguageModeling/BERT/README.md": "Apache-2.0 (the folder's LICENSE and NOTICE)",
             "TensorFlow2/Segmentation/UNet_Medical/README.md":
                 "BSD-3-Clause (the folder's LICENSE, NVIDIA 2018; its NOTICE names Apache-2.0, NVIDIA 2021)",
-            "TensorFlow/Classification/ConvNets/resnet50v1.5/README.md": "Apache-2.0 (ConvNets/LICENSE)"}
+            "TensorFlow/Classification/ConvNets/resnet50v1.5/README.md": "Apache-2.0 (ConvNets/LICENSE)",
+            "TensorFlow2/LanguageModeling/BERT/README.md":
+                "Apache-2.0 (the folder's scripts' headers, NVIDIA 2021; the folder has no LICENSE file)"}
 # (README path, model family, framework as the README names its container, the tables' harness)
 SOURCES = [
     ("TensorFlow/LanguageModeling/BERT/README.md", "bert", "TensorFlow 20.06 (TF1), XLA on",
@@ -37,6 +39,8 @@ SOURCES = [
      "examples/unet_INFER_BENCHMARK{_TF-AMP}.sh"),
     ("TensorFlow/Classification/ConvNets/resnet50v1.5/README.md", "resnet50", "TensorFlow 20.06 (TF1)",
      "inference_benchmark.sh"),
+    ("TensorFlow2/LanguageModeling/BERT/README.md", "bert", "TensorFlow 21.02 (TF2), XLA on",
+     "scripts/finetune_inference_benchmark.sh (run_inference_benchmark*.sh with use_xla true)"),
 ]
 CLASSIFIERS = ("resnet50",)
 GPUS = (("A100 80G", "a100-80gb"), ("A100 40G", "a100-40gb"), ("T4", "t4"), ("V100", "v100"))
@@ -97,7 +101,9 @@ def rows_of(path: str, family: str, framework: str, harness: str, text: str, com
     for heading, label, header, rows in inference_tables(text):
         gpu = _gpu(heading)
         batch_at, latency_at = _column(header, "batch"), _column(header, "90%")
-        precision_at, sequence_at = _column(header, "precision"), _column(header, "sequence")
+        precision_at = next((i for i, h in enumerate(header) if "precision" in h.lower() and "speedup" not in h.lower()),
+                            None)  # not TF2 BERT's "Throughput speedup (FP32 to mixed precision)"
+        sequence_at = _column(header, "sequence")
         model_at, resolution_at = _column(header, "model"), _column(header, "resolution")
         if gpu is None or batch_at is None or latency_at is None:
             continue
@@ -109,6 +115,8 @@ def rows_of(path: str, family: str, framework: str, harness: str, text: str, com
             if precision is None or latency_ms is None:
                 continue
             name = family if model_at is None else f"{family}_{cells[model_at]}"
+            size = re.search(r"bert-?\s*(base|large)", label.lower()) if model_at is None else None
+            name = f"{family}_{size.group(1)}" if size else name  # TF2 BERT: "BERT-Large FP16" above the table
             out.append({"model": name, "family": family, "classifier": family in CLASSIFIERS,
                         "sequence_length": int(cells[sequence_at]) if sequence_at is not None else "",
                         "resolution": cells[resolution_at] if resolution_at is not None else "",

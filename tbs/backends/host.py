@@ -10,9 +10,11 @@ import os
 import platform
 import socket
 import sys
+import tempfile
+from contextlib import contextmanager
 from importlib import metadata as _metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 _PACKAGES = ("tbs", "keras", "numpy", "pandas", "scipy", "plotly", "click", "cloudpickle")
 
@@ -119,3 +121,26 @@ def memory_headroom_bytes() -> int | None:
         return free
     left = max(int(soft) - used, 0)
     return left if free is None else min(free, left)
+
+
+@contextmanager
+def native_stderr_captured() -> Iterator[None]:
+    """Hold back what native code writes to fd 2 (absl's pre-init log lines, CUDA probing); replay it on failure."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no real fd 2 (e.g. some test runners)
+        yield
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        failed = True
+        try:
+            yield
+            failed = False
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if failed:
+                sink.seek(0)
+                sys.stderr.write(sink.read().decode(errors="replace"))

@@ -1,8 +1,8 @@
 """The commands: parse flags, call the API, print and write what it returns.
 
 Every user mistake is a TbsError or a click usage error and ends as one line on
-stderr with exit code 2. TensorFlow is imported only after the arguments and
-files have been checked, so those errors come back at once.
+stderr with exit code 2. The backend's framework is imported only after the arguments
+and files have been checked, so those errors come back at once.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from typing import Any
 import click
 
 from tbs import api
-from tbs.backends import BACKENDS
+from tbs.backends import BACKENDS, REGISTRY
 from tbs.backends import DEFAULT as DEFAULT_BACKEND
 from tbs.backends.base import parse_device_tokens
-from tbs.cli.options import EXIT_INTERRUPTED, BatchSizes, Parsed, TbsGroup
+from tbs.cli.options import (EXIT_INTERRUPTED, BatchSizes, Parsed, Percent, TbsGroup, dataset_size_options,
+                             pick_dataset_size)
 from tbs.cost.prices import parse_prices, parse_spot
 from tbs.errors import StorageError, TbsError
 from tbs.profiles.files import write_text_atomic
@@ -31,6 +32,10 @@ from tbs.units import is_number
 PRICES = Parsed("KIND=USD_PER_HOUR[,...]", parse_prices)
 SPOT_DISCOUNTS = Parsed("DEVICE=FRACTION[,...]", parse_spot)
 DEVICE_TOKENS = Parsed("cpu,gpu,tpu", parse_device_tokens)
+BACKEND_HELP = "Keras backend that runs the model (" + "; ".join(
+    f"{b.name}: {b.install}" + ("" if b.string_ops else ", no string ops") for b in REGISTRY.values()) + ")."
+XLA_HELP = ("Compile with XLA (jit_compile=True) instead of the backend's graphs. Always on for: "
+            + ", ".join(b.name for b in REGISTRY.values() if b.always_xla) + ".")
 NO_SAFE_MODE_HELP = "Load a .keras or .h5 file that runs arbitrary code (Lambda layers); only for files you trust."
 
 
@@ -61,8 +66,7 @@ def _training(training: bool, loss: str | None, optimizer: str | None) -> Traini
 @click.option("--loss", default=None, help="With --training: a Keras loss name (default: the model's compiled loss, "
                                            "else sparse categorical cross-entropy for class scores, MSE otherwise).")
 @click.option("--optimizer", default=None, help="With --training: a Keras optimizer name (default: the model's, else adam).")
-@click.option("--samples", type=click.IntRange(min=1), default=None,
-              help="Dataset size: the report adds the cost per epoch (with --training) or per N samples.")
+@dataset_size_options("The dataset's size: the report adds the cost per epoch (with --training) or per N samples.")
 @click.option("--input", "input_path", type=click.Path(path_type=Path), default=None,
               help="Your data (.npy, .npz or pickle) instead of synthetic inputs; repeated or sliced to each batch.")
 @click.option("--custom-objects", "custom_files", type=click.Path(path_type=Path), multiple=True,
@@ -71,9 +75,8 @@ def _training(training: bool, loss: str | None, optimizer: str | None) -> Traini
               help="Profile directory. Default: profiles/<model file name>.")
 @click.option("--resume", is_flag=True, help="Finish an interrupted profile, measuring only missing cells.")
 @click.option("--backend", type=click.Choice(BACKENDS), default=DEFAULT_BACKEND, show_default=True,
-              help="Keras backend that runs the model (jax: pip install 'tbs[jax]').")
-@click.option("--xla", is_flag=True, help="TensorFlow: compile with XLA (jit_compile=True) instead of graphs. "
-                                          "JAX always compiles with XLA.")
+              help=BACKEND_HELP)
+@click.option("--xla", is_flag=True, help=XLA_HELP)
 @click.option("--no-safe-mode", is_flag=True, help=NO_SAFE_MODE_HELP)
 @click.option("--min-samples", type=click.IntRange(min=3), default=10, show_default=True,
               help="Least timed samples per cell.")
@@ -108,7 +111,8 @@ def profile(model_path: Path, out_dir: Path | None, min_samples: int, target_ci:
         result = api.profile(
             model_path, options["batch_sizes"], options["device_tokens"], options["prices"],
             training=_training(options["training"], options["loss"], options["optimizer"]),
-            dataset_size=options["samples"], backend=options["backend"], input=options["input_path"],
+            dataset_size=pick_dataset_size(options["dataset_size"], options["old_samples"]),
+            backend=options["backend"], input=options["input_path"],
             custom_objects=list(options["custom_files"]) or None, safe_mode=not no_safe_mode, out=directory,
             resume=options["resume"], measure=measure, timing=timing, progress=TerminalProgress(),
             cluster=options["cluster"])
@@ -134,7 +138,7 @@ def _interrupted(directory: Path) -> None:
 @click.option("--spot", type=SPOT_DISCOUNTS, default=None, help="Spot/preemptible discount, e.g. tpu=0.7 (70% off).")
 @click.option("--prices", "price_file", type=click.Path(path_type=Path), default=None,
               help="CSV or YAML price list (device, price, source, date).")
-@click.option("--samples", type=click.IntRange(min=1), default=None, help="Also show the cost of a workload of N samples.")
+@dataset_size_options("Also show the cost of a workload of N samples (in training: one epoch).")
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Write the HTML report here (self-contained); with --format trace, the trace.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "csv", "predicted", "trace"]), default="text",
@@ -148,23 +152,25 @@ def _interrupted(directory: Path) -> None:
               help="Text: totals per layer kind (conv, activation, ...) or per block (Keras nesting, or the name "
                    "prefix: conv2_block1) instead of the layers.")
 def report(directories: tuple[Path, ...], prices: dict[str, float] | None, spot: dict[str, float] | None,
-           price_file: Path | None, samples: int | None, output: Path | None, fmt: str, top: int | None,
-           every_layer: bool, group: str | None) -> None:
+           price_file: Path | None, dataset_size: int | None, old_samples: int | None, output: Path | None, fmt: str,
+           top: int | None, every_layer: bool, group: str | None) -> None:
     """Report saved profiles (several machines' profiles of one model merge) without measuring."""
     if every_layer and top is not None:
         raise TbsError(f"--top {top} and --all contradict each other: give one of them")
     shown = None if every_layer else top or DEFAULT_TOP
+    dataset_size = pick_dataset_size(dataset_size, old_samples)
     result, other = api.load_modes(*directories, prices=prices, spot=spot, price_file=price_file)
     if output is None or fmt == "trace":
-        text = api.render(result, fmt, dataset_size=samples, compare=other, top=shown, group=group)
+        text = api.render(result, fmt, dataset_size=dataset_size, other_mode=other, top=shown, group=group)
         if output is None:
             click.echo(text.rstrip("\n") if fmt == "csv" else text)
             return
         _write(output, text)
         click.echo(f"Trace written to {output} (open it in https://ui.perfetto.dev or chrome://tracing)")
         return
-    page = api.render(result, "html", recommendation=api.placement_for_report(result), dataset_size=samples, compare=other,
-                      compare_recommendation=None if other is None else api.placement_for_report(other), top=shown)
+    page = api.render(result, "html", recommendation=api.placement_for_report(result), dataset_size=dataset_size,
+                      other_mode=other, top=shown,
+                      other_mode_recommendation=None if other is None else api.placement_for_report(other))
     _write(output, page)
     click.echo(f"Report written to {output}")
 
@@ -231,6 +237,38 @@ def predict(directory: Path, targets: str, source: str | None, catalog: Path | N
     click.echo(api.render(result, "predicted"))
     click.echo(f"\nPredictions saved in {path} (source=predicted; tbs report shows them apart; "
                f"tbs recommend --include-predicted uses them)")
+
+
+@cli.command()
+@click.argument("base", metavar="BASE", type=click.Path(path_type=Path))
+@click.argument("new", metavar="NEW", type=click.Path(path_type=Path))
+@click.option("--threshold", type=Percent(), default="10%", show_default=True,
+              help="Exit 1 when a cell is slower than this beyond noise (or fails where BASE ran).")
+@click.option("--gate", type=click.Choice(["all", "model"]), default="all", show_default=True,
+              help="What the threshold gates: every cell, or only the whole model.")
+@click.option("--confidence", type=click.FloatRange(min=0.5, max=1.0, max_open=True), default=0.95,
+              show_default=True, help="Level of the intervals and of the verdicts (corrected for the number of cells).")
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text", show_default=True,
+              help="markdown: for a CI comment; json: every cell.")
+@click.option("--all", "every_cell", is_flag=True, help="Show every layer cell, not only those that changed.")
+@click.option("--force", is_flag=True, help="Compare profiles measured with different settings (mode, backend, "
+                                            "XLA, input) anyway.")
+@click.option("--cost", "prices", type=PRICES, default=None, help="Price both sides alike (as for tbs report).")
+@click.option("--spot", type=SPOT_DISCOUNTS, default=None, help="Spot/preemptible discount for both sides, e.g. tpu=0.7.")
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Write the output to this file instead of the terminal (the exit code is the same).")
+def diff(base: Path, new: Path, threshold: float, gate: str, confidence: float, fmt: str, every_cell: bool,
+         force: bool, prices: dict[str, float] | None, spot: dict[str, float] | None, output: Path | None) -> int:
+    """Compare NEW against BASE per layer, device and batch; exit 1 on a regression beyond --threshold."""
+    result = api.diff(base, new, threshold=threshold, confidence=confidence, force=force, gate=gate, prices=prices,
+                      spot=spot)
+    text = api.render(result, fmt, top=None if every_cell else DEFAULT_TOP)
+    if output is None:
+        click.echo(text.rstrip("\n"))
+    else:
+        write_text_atomic(output, text, "choose another -o")
+        click.echo(f"Diff written to {output}" + (" (regression)" if result.regressed else ""))
+    return 1 if result.regressed else 0
 
 
 @cli.command()

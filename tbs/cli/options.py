@@ -87,3 +87,44 @@ class Parsed(click.ParamType):
 
     def convert(self, value: Any, param: Any, ctx: Any) -> Any:
         return value if isinstance(value, (dict, list)) else self.parse(str(value))
+
+
+class Percent(click.ParamType):
+    """A percentage, written 10 or 10%; the value is the fraction (0.1)."""
+
+    name = "PERCENT"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        if isinstance(value, float):
+            return value
+        text = str(value).strip()
+        try:
+            number = float(text[:-1] if text.endswith("%") else text)
+        except ValueError:
+            self.fail(f"'{value}' is not a percentage; write e.g. 10% (or 10)", param, ctx)
+        if not 0 <= number < 10000:
+            self.fail(f"{value} is not a percentage from 0 up; write e.g. 10%", param, ctx)
+        return number / 100.0
+
+
+def dataset_size_options(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--dataset-size N``, and ``--samples N``: its old name, still accepted (``pick_dataset_size`` merges them)."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        command = click.option("--samples", "old_samples", type=click.IntRange(min=1), default=None, metavar="N",
+                               help="Old name of --dataset-size, still accepted (says so on stderr).")(command)
+        return click.option("--dataset-size", "dataset_size", type=click.IntRange(min=1), default=None, metavar="N",
+                            help=help)(command)
+
+    return decorate
+
+
+def pick_dataset_size(given: int | None, old_samples: int | None) -> int | None:
+    """The dataset size from --dataset-size or its old name --samples (with a note), refusing both at once."""
+    if old_samples is None:
+        return given
+    if given is not None:
+        raise TbsError("--samples is the old name of --dataset-size: give one of them")
+    click.echo("Note: --samples is the old name of --dataset-size (the dataset's size); it still works.", err=True)
+    return old_samples
+

@@ -109,56 +109,100 @@ def _open(store: ProfileStore, groups: list[NodeGroup], resume: bool, progress: 
     return collector
 
 
+class _Tasks:
+    """The groups' profiling tasks: which node each runs on, the nodes left to retry on, and the failures."""
+
+    def __init__(self, ray: Any, groups: list[NodeGroup], collector: Collector, options: RunOptions,
+                 note: Callable[[str], None]) -> None:
+        from ray.util.queue import Queue
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        self.ray, self.collector, self.options, self.note = ray, collector, options, note
+        self._affinity = NodeAffinitySchedulingStrategy
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        self.queue = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})  # dies only with the driver
+        model = Path(options.model)
+        self._model_ref, self._suffix = ray.put(model.read_bytes()), model.suffix
+        self._files_ref = ray.put(travelling_files(options))
+        self._remote = ray.remote(num_cpus=1, max_retries=0)(profile_here)
+        self.left: dict[str, list[dict[str, str]]] = {g.name: list(g.nodes) for g in groups}
+        self.used: dict[str, dict[str, str]] = {}  # group -> the node its (last) task ran on
+        self.failures: dict[str, str] = {}
+        self.running: dict[Any, NodeGroup] = {}
+
+    def launch(self, group: NodeGroup) -> None:
+        """The group's task on its next node, skipping the cells already received from it."""
+        node = self.left[group.name].pop(0)
+        self.used[group.name] = node
+        self.note(f"tbs: profiling on {group.name} ({node['host']})")
+        strategy = self._affinity(node["node_id"], soft=False)
+        ref = self._remote.options(scheduling_strategy=strategy).remote(
+            self._model_ref, self._suffix, self.options, self.queue, group.name,
+            self.collector.received.get(group.name, []), self._files_ref)
+        self.running[ref] = group
+
+    def wait_all(self) -> None:
+        """Drain cells while the tasks run; a task that fails is launched again on a twin node, or recorded."""
+        while self.running:
+            ready, _ = self.ray.wait(list(self.running), timeout=0.5)
+            self.collector.drain(self.queue)
+            for ref in ready:
+                group = self.running.pop(ref)
+                try:
+                    self.ray.get(ref)
+                except Exception as exc:  # the node died, or the profile failed there: retry on a twin
+                    self._failed(group, str(exc).strip().splitlines()[0][:300] if str(exc).strip()
+                                 else type(exc).__name__)
+            time.sleep(0.05)
+
+    def _failed(self, group: NodeGroup, reason: str) -> None:
+        store = self.collector.store
+        store.metadata.setdefault("retries", []).append(
+            {"group": group.name, "reason": reason, "cells_kept": len(self.collector.received.get(group.name, []))})
+        store.update_metadata()
+        if self.left[group.name]:
+            self.note(f"tbs: {group.name} failed ({reason}); trying another of its nodes")
+            self.launch(group)
+        else:
+            self.failures[group.name] = reason
+
+    def cancel(self) -> None:
+        """Ctrl-C: cancel the tasks; every cell received stays."""
+        for ref in self.running:
+            self.ray.cancel(ref, force=True)
+        self.failures["(all)"] = "interrupted (Ctrl-C)"
+
+
 def profile_cluster(address: str, options: RunOptions, progress: Any = None) -> Any:
     """Profile ``options.model`` (a file) on every node group of the cluster at ``address``, into
     ``options.out``; returns the merged Profile. Each node gets the same checked options."""
-    model, out, resume = Path(options.model), Path(options.out), options.resume
+    out = Path(options.out)
     ray = connect(address)
-    from ray.util.queue import Queue
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     groups = [g for g in node_groups(ray) if g.cpus > 0]
     note: Callable[[str], None] = progress.note if progress is not None else (lambda _: None)
     store = ProfileStore(out)
     store.lock()
     try:
-        collector = _open(store, groups, resume, progress)
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        queue = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})  # dies only with the driver
-        model_ref = ray.put(model.read_bytes())
-        files_ref = ray.put(travelling_files(options))
-        remote = ray.remote(num_cpus=1, max_retries=0)(profile_here)
-        left: dict[str, list[dict[str, str]]] = {g.name: list(g.nodes) for g in groups}
-        used: dict[str, dict[str, str]] = {}  # group -> the node its (last) task ran on
-        failures: dict[str, str] = {}
-
-        def launch(group: NodeGroup) -> Any:
-            node = left[group.name].pop(0)
-            used[group.name] = node
-            note(f"tbs: profiling on {group.name} ({node['host']})")
-            strategy = NodeAffinitySchedulingStrategy(node["node_id"], soft=False)
-            return remote.options(scheduling_strategy=strategy).remote(
-                model_ref, model.suffix, options, queue, group.name, collector.received.get(group.name, []), files_ref)
-
+        collector = _open(store, groups, options.resume, progress)
+        tasks = _Tasks(ray, groups, collector, options, note)
         note("tbs: measuring on " + "; ".join(f"{g.name} ({len(g.nodes)} node{'s' if len(g.nodes) > 1 else ''})"
                                                for g in groups))
         if progress is not None:
             progress.start(0.0)
-        running = {launch(g): g for g in groups}
+        for group in groups:
+            tasks.launch(group)
         try:
-            _wait_all(ray, running, collector, queue, left, launch, failures, note)
-        except KeyboardInterrupt:  # Ctrl-C: cancel the tasks, keep every cell received
-            for ref in running:
-                ray.cancel(ref, force=True)
-            failures["(all)"] = "interrupted (Ctrl-C)"
-        collector.drain(queue)
+            tasks.wait_all()
+        except KeyboardInterrupt:
+            tasks.cancel()
+        collector.drain(tasks.queue)
         if progress is not None:
             progress.finish()
-        store.update_metadata(devices_missing={g: f"node group failed: {r}" for g, r in failures.items()})
-        if len(groups) > 1 and not failures and "cluster_links" not in store.metadata:
+        store.update_metadata(devices_missing={g: f"node group failed: {r}" for g, r in tasks.failures.items()})
+        if len(groups) > 1 and not tasks.failures and "cluster_links" not in store.metadata:
             note("tbs: timing copies between the node groups")
-            _add_links(ray, [replace(g, nodes=[used[g.name]]) for g in groups], store)
-        if failures:  # what was received stays; --resume measures the rest
+            _add_links(ray, [replace(g, nodes=[tasks.used[g.name]]) for g in groups], store)
+        if tasks.failures:  # what was received stays; --resume measures the rest
             store.finish(ProfileStatus.INTERRUPTED)
             return load_profile(out)
         return finalize(store)
@@ -181,28 +225,3 @@ def _add_links(ray: Any, groups: list[NodeGroup], store: ProfileStore) -> None:
     transfers = dict(store.meta.transfers)
     transfers.update(found)
     store.update_metadata(transfers=transfers, cluster_links="object store (ray.get of a remote buffer)")
-
-
-def _wait_all(ray: Any, running: dict[Any, NodeGroup], collector: Collector, queue: Any,
-              left: dict[str, list[dict[str, str]]], launch: Callable[[NodeGroup], Any], failures: dict[str, str],
-              note: Callable[[str], None]) -> None:
-    """Drain cells while the tasks run; a task that fails is launched again on a twin node, or recorded."""
-    store = collector.store
-    while running:
-        ready, _ = ray.wait(list(running), timeout=0.5)
-        collector.drain(queue)
-        for ref in ready:
-            group = running.pop(ref)
-            try:
-                ray.get(ref)
-            except Exception as exc:  # the node died, or the profile failed there: retry on a twin
-                reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-                store.metadata.setdefault("retries", []).append(
-                    {"group": group.name, "reason": reason, "cells_kept": len(collector.received.get(group.name, []))})
-                store.update_metadata()
-                if left[group.name]:
-                    note(f"tbs: {group.name} failed ({reason}); trying another of its nodes")
-                    running[launch(group)] = group
-                else:
-                    failures[group.name] = reason
-        time.sleep(0.05)

@@ -38,8 +38,11 @@ from tbs.place.memory import MemoryLimits, limits_for
 
 
 @dataclass
-class Inputs:
-    """Everything the optimiser used, so anyone can check the answer."""
+class PlacementData:
+    """Everything the optimiser placed from (times, prices, tensors, memory), so anyone can check the answer.
+
+    Not the model's inputs: the placement problem's data (``Recommendation.data``; JSON ``inputs``).
+    """
 
     batch_size: int
     layers: list[str]
@@ -89,7 +92,7 @@ def _times(rows: pd.DataFrame, layers: list[str], devices: list[str], predicted:
     return seconds, why_not
 
 
-def gather(profile: Profile, batch_size: int | None) -> Inputs:
+def gather(profile: Profile, batch_size: int | None) -> PlacementData:
     summary = profile.summary
     if summary.empty:
         raise TbsError(f"'{profile.directory}' has no measured layers")
@@ -123,10 +126,10 @@ def gather(profile: Profile, batch_size: int | None) -> Inputs:
             if not memory.fits_alone(l, d):  # its weights and activations alone exceed the device
                 seconds[(l, d)] = INFEASIBLE
                 why_not[(l, d)] = "its weights and activations do not fit in the device's memory"
-    return Inputs(batch, layers, devices, host, seconds, usd, tensors, fits, profile.mode, memory, why_not, batch_note)
+    return PlacementData(batch, layers, devices, host, seconds, usd, tensors, fits, profile.mode, memory, why_not, batch_note)
 
 
-def check_placeable(inp: Inputs, objective: str) -> None:
+def check_placeable(inp: PlacementData, objective: str) -> None:
     """Every layer needs a device that can run it (and, to minimise cost, a priced one): else one line naming it."""
     for layer in inp.layers:
         runs_on = [d for d in inp.devices if math.isfinite(inp.seconds[(layer, d)])]
@@ -139,13 +142,13 @@ def check_placeable(inp: Inputs, objective: str) -> None:
                            f"--cost (e.g. --cost {runs_on[0]}=0.5), or minimise time (--objective time)")
 
 
-def time_problem(inp: Inputs, allowed: list[str] | None = None) -> Problem:
+def time_problem(inp: PlacementData, allowed: list[str] | None = None) -> Problem:
     allowed = allowed or inp.devices
     cost = {(l, d): (inp.seconds[(l, d)] if d in allowed else INFEASIBLE) for l in inp.layers for d in inp.devices}
     return Problem(inp.layers, inp.devices, inp.host, cost, inp.tensors, inp.transfer_seconds)
 
 
-def metered_cost_problem(inp: Inputs) -> Problem:
+def metered_cost_problem(inp: PlacementData) -> Problem:
     """USD per batch; a layer on an unpriced device, or with no time, is infeasible (never inf x 0 = NaN)."""
     def usd(d: str) -> float | None:
         return usd_per_batch(1.0, inp.usd_per_hour.get(d))
@@ -179,7 +182,7 @@ class Evaluation:
 class Recommendation:
     objective: str
     billing: str
-    inputs: Inputs
+    data: PlacementData  # what the solvers placed from (was ``inputs``: still readable by that name)
     chosen: Evaluation
     method: str
     single_devices: list[Evaluation]
@@ -192,12 +195,17 @@ class Recommendation:
     prediction_dependence: list[dict[str, Any]] = field(default_factory=list)
 
     @property
+    def inputs(self) -> PlacementData:
+        """The old name of ``data``."""
+        return self.data
+
+    @property
     def batch_size(self) -> int:
-        return self.inputs.batch_size
+        return self.data.batch_size
 
     @property
     def mode(self) -> str:
-        return self.inputs.mode
+        return self.data.mode
 
     @property
     def mode_note(self) -> str:
@@ -224,7 +232,7 @@ class Recommendation:
                 f"{len(set(self.chosen.placement.values()))} device(s), {self.method}>")
 
 
-def _copies_in(inp: Inputs, placement: dict[str, str]) -> tuple[dict[str, float], dict[str, float]]:
+def _copies_in(inp: PlacementData, placement: dict[str, str]) -> tuple[dict[str, float], dict[str, float]]:
     """Per layer, seconds of activations copied in (once per tensor and device) and of gradients sent back to it."""
     forward = {layer: 0.0 for layer in inp.layers}
     backward = {layer: 0.0 for layer in inp.layers}
@@ -246,7 +254,7 @@ def _copies_in(inp: Inputs, placement: dict[str, str]) -> tuple[dict[str, float]
 
 def layer_rows(rec: Recommendation) -> list[dict[str, Any]]:
     """Per layer: device, predicted seconds and USD per sample, and the copies it waits for per sample."""
-    inp, placement, batch = rec.inputs, rec.chosen.placement, rec.inputs.batch_size
+    inp, placement, batch = rec.data, rec.chosen.placement, rec.data.batch_size
     forward, backward = _copies_in(inp, placement)
     rows = []
     for layer in inp.layers:
@@ -272,18 +280,18 @@ def saving(rec: Recommendation) -> dict[str, Any]:
     ours, theirs = getattr(rec.chosen, key), getattr(best, key)
     out = {"best_single_device": best.name, "saving_fraction": (theirs - ours) / theirs if theirs else 0.0}
     if rec.chosen.usd_per_batch is not None and best.usd_per_batch is not None:
-        out["saving_usd_per_1m_samples"] = (best.usd_per_batch - rec.chosen.usd_per_batch) / rec.inputs.batch_size * 1e6
+        out["saving_usd_per_1m_samples"] = (best.usd_per_batch - rec.chosen.usd_per_batch) / rec.data.batch_size * 1e6
     return out
 
 
 def comparison(rec: Recommendation) -> list[dict[str, Any]]:
     """The recommendation against every single device and per-layer argmin, per sample."""
-    batch = rec.inputs.batch_size
+    batch = rec.data.batch_size
     return [dict(name=e.name, **e.per_sample(batch))
             for e in [rec.chosen, *rec.single_devices, *([rec.argmin] if rec.argmin else [])]]
 
 
-def evaluate(inp: Inputs, name: str, placement: dict[str, str], billing: str) -> Evaluation:
+def evaluate(inp: PlacementData, name: str, placement: dict[str, str], billing: str) -> Evaluation:
     seconds = time_problem(inp).cost_of(placement)
     if billing == "dedicated":
         used = set(placement.values())
@@ -295,7 +303,7 @@ def evaluate(inp: Inputs, name: str, placement: dict[str, str], billing: str) ->
     return Evaluation(name, placement, seconds, usd)
 
 
-def _dedicated(inp: Inputs) -> Solution:
+def _dedicated(inp: PlacementData) -> Solution:
     best: Solution | None = None
     priced = [d for d in inp.devices if inp.usd_per_hour.get(d) is not None]
     for k in range(1, len(priced) + 1):
@@ -357,7 +365,7 @@ def recommend(profile: Profile, objective: str = "cost", batch_size: int | None 
     return rec
 
 
-def _no_placement(inp: Inputs, problem: Problem, constrained: bool, memory_bound: bool) -> str:
+def _no_placement(inp: PlacementData, problem: Problem, constrained: bool, memory_bound: bool) -> str:
     """Why the solver found nothing, though every layer runs somewhere: a layer no timed copy can reach,
     the cap, memory, or copies never timed."""
     blocked = blocked_layer(problem)
@@ -385,7 +393,7 @@ def _linear_weights(problem: Problem, bound: float) -> tuple[dict, dict, float]:
     return node, edges, bound
 
 
-def frontier(inp: Inputs, billing: str) -> list[Evaluation]:
+def frontier(inp: PlacementData, billing: str) -> list[Evaluation]:
     """Placements that are best for some cost-time trade-off (weighted sums, Pareto-filtered)."""
     t_problem, c_problem = time_problem(inp), metered_cost_problem(inp)
     found: dict[tuple, Evaluation] = {}

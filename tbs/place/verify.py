@@ -181,7 +181,7 @@ class Verification:
 
 def _devices_for(profile: Profile, rec: Recommendation) -> tuple[dict[str, Device], list[str]]:
     found = {d.name: d for d in backends.discover(profile.backend).devices}
-    needed = sorted(set(rec.chosen.placement.values()) | {rec.inputs.host} |
+    needed = sorted(set(rec.chosen.placement.values()) | {rec.data.host} |
                     {d for e in rec.single_devices for d in e.placement.values()})
     absent = [d for d in needed if d not in found]
     if absent:
@@ -238,8 +238,8 @@ def verify_recommendation(profile: Profile, rec: Recommendation, custom_objects:
     if profile.meta.merged_from:
         raise TbsError("--verify runs one machine's profile; pass a single profile directory")
     found, needed = _devices_for(profile, rec)
-    host = found[rec.inputs.host]
-    batch, training = rec.inputs.batch_size, profile.mode == "training"
+    host = found[rec.data.host]
+    batch, training = rec.data.batch_size, profile.mode == "training"
     loaded = _models_on(profile, {d: found[d] for d in needed}, custom_objects or {}, safe_mode, model)
     specs = input_specs(loaded[host.name])
     host_inputs = host.place(structure_inputs(loaded[host.name], _batch_of_inputs(profile, specs, batch, arrays),

@@ -19,6 +19,7 @@ import pandas as pd
 from tbs.errors import ProfileError, StorageError, warn
 from tbs.profiles.csvfiles import read_table
 from tbs.profiles.files import set_aside, write_csv_atomic, write_json_atomic
+from tbs.profiles.metadata import check_metadata
 from tbs.profiles.roofline import with_roofline
 from tbs.measure.in_context import with_in_model
 from tbs.schema import (ANALYSIS_COLUMNS, DEFAULT_BACKEND, FORMAT_VERSION, MODEL_COLUMNS, OPS_COLUMNS, PREDICTION_COLUMNS,
@@ -191,6 +192,7 @@ def load_profile(directory: str | os.PathLike[str]) -> Profile:
     if not isinstance(metadata, dict):
         raise ProfileError(f"'{meta_path}' is not a tbs profile's metadata; re-run tbs profile")
     check_version(metadata, directory)
+    check_metadata(metadata, str(meta_path))  # a damaged value: one line naming the file and the key
     _upgrade_graph(metadata)
     frames = {name: read_table(directory / f"{name}.csv", name, columns) for name, columns in FILES.items()}
     # A cell interrupted after its analysis was written is measured again on --resume: keep the last.

@@ -168,6 +168,17 @@ class ProfileStore:
     def resume(self, metadata: dict[str, Any]) -> int:
         """Reopen an unfinished profile of the same model; returns the number of finished cells."""
         old = load_profile(self.directory)  # refuses a damaged row before anything is changed
+        self._check_same_run(old, metadata)
+        for name in FILES:  # a row cut by a full disk or a kill: dropped (load_profile warned), then re-measured
+            drop_cut_tail(self.paths[name])
+        self._drop_failed(old)
+        self._mark_done(old)
+        self.metadata = _resumed_metadata(old, metadata)
+        self._write_metadata()
+        return len(self._done)
+
+    def _check_same_run(self, old: Profile, metadata: dict[str, Any]) -> None:
+        """Refuse to resume another model's profile, or one measured with other settings."""
         old_sha = old.meta.model.get("sha256")
         new_sha = Metadata.from_dict(metadata).model.get("sha256")
         if old_sha and new_sha and old_sha != new_sha:
@@ -181,9 +192,9 @@ class ProfileStore:
                     f"--resume: {setting} differs from the unfinished profile's ({was}); "
                     f"resume with the same options, or use --out for a new profile"
                 )
-        for name in FILES:  # a row cut by a full disk or a kill: dropped (load_profile warned), then re-measured
-            drop_cut_tail(self.paths[name])
-        # Failed cells are tried again: an OOM or error may not recur.
+
+    def _drop_failed(self, old: Profile) -> None:
+        """Failed cells are tried again (an OOM or error may not recur): their rows leave the files."""
         failed = list(FAILED)
         if len(old.summary) and old.summary["status"].isin(failed).any():
             old.summary = old.summary[~old.summary["status"].isin(failed)]
@@ -191,6 +202,9 @@ class ProfileStore:
         if len(old.model) and old.model["status"].isin(failed).any():
             old.model = old.model[~old.model["status"].isin(failed)]
             write_csv_atomic(old.model, self.paths["model"], self.fix)
+
+    def _mark_done(self, old: Profile) -> None:
+        """Every kept row is a finished cell; samples of a cell whose row never landed are dropped (re-measured)."""
         for row in old.summary.to_dict("records"):
             key = CellKey.of("layer", row["layer"], row["device"], row["batch_size"], row["mode"])
             self._done.add(key)
@@ -199,7 +213,6 @@ class ProfileStore:
             key = CellKey.of("model", MODEL_LAYER, row["device"], row["batch_size"], row["mode"])
             self._done.add(key)
             self.resumed_rows.append((key, row))
-        # Samples of a cell whose summary row never landed are dropped: that cell is re-measured.
         if len(old.samples):
             keep = [
                 CellKey.of(r.target, r.layer, r.device, r.batch_size, r.mode) in self._done
@@ -210,18 +223,6 @@ class ProfileStore:
             keep = [CellKey.of("model", MODEL_LAYER, r.device, r.batch_size, r.mode) in self._done
                     for r in old.ops.itertuples(index=False)]
             write_csv_atomic(old.ops[keep], self.paths["ops"], self.fix)
-        merged = dict(old.metadata)
-        merged.update({k: v for k, v in metadata.items() if k not in ("layers", "graph")})
-        for key in ("layers", "graph"):  # the structure measured first stays (a rebuilt profile captures it anew)
-            structure = old.metadata.get(key) or metadata.get(key)
-            if structure:
-                merged[key] = structure
-        merged["resumed"] = int(old.meta.resumed or 0) + 1
-        merged["status"] = ProfileStatus.RUNNING.value
-        merged.pop("error", None)
-        self.metadata = merged
-        self._write_metadata()
-        return len(self._done)
 
     def is_done(self, key: CellKey) -> bool:
         """Whether the cell already has its row (from this run or the one resumed): skip it."""
@@ -301,3 +302,17 @@ def finalize(store: ProfileStore) -> Profile:
     store.finish(ProfileStatus.COMPLETE)
     profile.metadata = dict(store.metadata)
     return profile
+
+
+def _resumed_metadata(old: Profile, metadata: dict[str, Any]) -> dict[str, Any]:
+    """The unfinished profile's metadata updated by this run's, running again, one more resume counted."""
+    merged = dict(old.metadata)
+    merged.update({k: v for k, v in metadata.items() if k not in ("layers", "graph")})
+    for key in ("layers", "graph"):  # the structure measured first stays (a rebuilt profile captures it anew)
+        structure = old.metadata.get(key) or metadata.get(key)
+        if structure:
+            merged[key] = structure
+    merged["resumed"] = int(old.meta.resumed or 0) + 1
+    merged["status"] = ProfileStatus.RUNNING.value
+    merged.pop("error", None)
+    return merged

@@ -9,7 +9,7 @@ from __future__ import annotations
 from tbs.errors import TbsError
 from tbs.place.recommend import Recommendation
 from tbs.profiles.profile import Profile
-from tbs.report import compare as side_by_side
+from tbs.report import modes
 from tbs.report import console, html, json, predicted_text, trace
 from tbs.report.groups import DEFAULT_TOP, GROUPINGS
 from tbs.units import is_number
@@ -18,8 +18,8 @@ FORMATS = ("text", "html", "json", "csv", "predicted", "trace")
 
 
 def render(profile: Profile | None, fmt: str = "text", recommendation: Recommendation | str | None = None,
-           dataset_size: int | None = None, compare: Profile | None = None,
-           compare_recommendation: Recommendation | str | None = None, top: int | None = DEFAULT_TOP,
+           dataset_size: int | None = None, other_mode: Profile | None = None,
+           other_mode_recommendation: Recommendation | str | None = None, top: int | None = DEFAULT_TOP,
            group: str | None = None) -> str:
     """``fmt`` is text (console tables), html (the self-contained report), json or csv (the per-layer rows),
     or predicted (each layer's predicted devices beside the measured one it was scaled from, as text),
@@ -28,10 +28,10 @@ def render(profile: Profile | None, fmt: str = "text", recommendation: Recommend
 
     ``recommendation`` adds the placement (a str says why there is none); ``dataset_size``
     adds the cost of a workload of that many samples (in training: of one epoch); by default
-    the dataset size the profile recorded (``tbs profile --samples``).
-    ``compare`` is the same model's profile in the other mode (inference against
+    the dataset size the profile recorded (``tbs profile --dataset-size``).
+    ``other_mode`` is the same model's profile in the other mode (inference against
     training, either order): both views are rendered, with the layers whose cheapest
-    device differs between the modes; ``compare_recommendation`` is its placement.
+    device differs between the modes; ``other_mode_recommendation`` is its placement.
     ``top``: text and html show the ``top`` heaviest layers and fold the rest into one line
     (None: every layer); ``group`` ('kind' or 'block'): text shows totals per group instead.
     """
@@ -46,15 +46,15 @@ def render(profile: Profile | None, fmt: str = "text", recommendation: Recommend
         if rec is None or fmt not in ("text", "json"):
             raise TbsError("render needs a profile (or a recommendation, as text or json)")
         return console.recommendation_text(rec) if fmt == "text" else json.render(None, rec)
-    if dataset_size is None:  # the dataset size given to tbs profile --samples, if any
+    if dataset_size is None:  # the dataset size given to tbs profile --dataset-size, if any
         recorded = profile.meta.samples
         dataset_size = int(recorded) if is_number(recorded) and float(recorded) >= 1 else None
-    if compare is not None:
+    if other_mode is not None:
         if fmt in ("predicted", "trace"):
             raise TbsError(f"format '{fmt}' shows one profile: drop the comparison")
-        pair = side_by_side.pair(profile, compare, recommendation, compare_recommendation)
-        return {"html": lambda: side_by_side.render_html(pair, dataset_size), "json": lambda: side_by_side.render_json(pair),
-                "csv": lambda: side_by_side.render_csv(pair), "text": lambda: side_by_side.render_text(pair, dataset_size)
+        pair = modes.pair(profile, other_mode, recommendation, other_mode_recommendation)
+        return {"html": lambda: modes.render_html(pair, dataset_size), "json": lambda: modes.render_json(pair),
+                "csv": lambda: modes.render_csv(pair), "text": lambda: modes.render_text(pair, dataset_size)
                 }[fmt]()
     if fmt == "html":
         return html.render(profile, dataset_size, recommendation, top)

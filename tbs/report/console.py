@@ -2,50 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 import pandas as pd
 
 from tbs.report.groups import DEFAULT_TOP, fold, grouped, layer_groups, measured_table, rank
 from tbs.report.winners import winner
 from tbs.profiles.profile import Profile, with_layer_sums
-from tbs.place.recommend import Recommendation, comparison, saving
+from tbs.place.recommend import Recommendation, saving
 from tbs.place.verify import Verification
 from tbs.schema import MEASURED, NOT_MEASURED, Status
-from tbs.units import PER_MILLION, format_bytes, format_seconds, format_usd, is_number
-
-INACTIVE_MARK = "†"  # on the name of a layer that does nothing in the measured mode
-NOT_IN_STEP_MARK = "‡"  # on a row the compiled train step never runs: shown, never summed
-NOT_IN_STEP_MEANING = ("not run by the compiled train step: the loss reads the logits this activation keeps (Keras "
-                       "on TensorFlow), so the step computes neither it nor its gradient; timed apart, shown, and "
-                       "left out of Σ")
-
-
-def inactive_layers(profile: Profile) -> list[str]:
-    """Layers that only pass their input through in the measured mode (older profiles: none)."""
-    return [layer.name for layer in profile.layers if layer.inactive]
-
-
-def not_in_step(profile: Profile) -> list[str]:
-    """Rows a training profile times but the compiled train step never runs (left out of Σ)."""
-    return [layer.name for layer in profile.layers if layer.in_step is False]
-
-
-def training_command(profile: Profile) -> str | None:
-    """The command that measures this model in training, where inactive layers do their work."""
-    if profile.mode != "inference":
-        return None
-    path = profile.meta.model.get("path") or "MODEL"
-    out = f" --out {profile.directory}-training" if profile.directory.name else ""
-    return f"tbs profile {path} --training{out}"
-
-
-def inactive_meaning(profile: Profile) -> str:
-    """Why an inactive layer's time is only call overhead, and how to see what it costs in training."""
-    text = (f"{INACTIVE_MARK} inactive in {profile.mode}: the layer passes its input through unchanged in this mode "
-            "(Dropout, random augmentation), so its time is call overhead only.")
-    command = training_command(profile)
-    return text + (f" To see what it costs in training: {command}" if command else "")
+from tbs.units import PER_MILLION, format_seconds, format_usd, is_number
+from tbs.report.vocabulary import (INACTIVE_MARK, NOT_IN_STEP_MARK, NOT_IN_STEP_MEANING, capacity_line,
+                                   comparison_table, inactive_layers, inactive_meaning, not_in_step)
 
 
 
@@ -145,14 +112,28 @@ def batch_table(profile: Profile, batch_size: int, top: int | None = DEFAULT_TOP
     priced = summary["cost_per_sample_usd"].map(is_number).any() if not summary.empty else False
     rows, caption = (_group_rows(profile, summary, devices, priced, group, top) if group
                      else _layer_rows(profile, summary, devices, priced, top))
-    key = group or "layer"
     model = with_layer_sums(profile.summary, profile.model)
     model = model[model["batch_size"] == batch_size] if not model.empty else model
+    rows += _total_rows(profile, model, devices, group)
     training = profile.mode == "training"
-    whole = "whole train step" if training else "whole model"
+    header = f"batch {batch_size}: {'train step (forward+backward+update) ' if training else ''}time per sample"
+    if priced:
+        header += " and cost per 1M samples"
+    legend = ("* fastest  $ cheapest  (~ / ≈$: tied within confidence intervals)  [status] where not ok"
+              if len(devices) > 1 else "[status] where not ok")
+    table = pd.DataFrame(rows).to_string(index=False) if rows else "(nothing measured)"
+    lines = [header + caption, table] + ([] if group else [legend])
+    return "\n".join(lines + _whole_model_lines(model, "whole train step" if training else "whole model"))
+
+
+def _total_rows(profile: Profile, model: pd.DataFrame, devices: list[str], group: str | None) -> list[dict[str, str]]:
+    """The table's last two rows: Σ layers (with how many were summed where some failed) and the whole model."""
+    training = profile.mode == "training"
+    key = group or "layer"
     skipped = set(not_in_step(profile))
+    rows = []
     for label, column in (("Σ layers + loss" if training else "Σ layers", "layers_sum_per_sample_s"),
-                          (whole, "per_sample_s")):
+                          ("whole train step" if training else "whole model", "per_sample_s")):
         line = {key: label, "layers" if group else "category": ""}
         for device in devices:
             cell = model[model["device"] == device] if not model.empty else model
@@ -166,13 +147,12 @@ def batch_table(profile: Profile, batch_size: int, top: int | None = DEFAULT_TOP
                 if measured < summed:  # failed layers are not in the sum: say so
                     line[device] += f" ({measured} of {summed} layers)"
         rows.append(line)
-    header = f"batch {batch_size}: {'train step (forward+backward+update) ' if training else ''}time per sample"
-    if priced:
-        header += " and cost per 1M samples"
-    legend = ("* fastest  $ cheapest  (~ / ≈$: tied within confidence intervals)  [status] where not ok"
-              if len(devices) > 1 else "[status] where not ok")
-    table = pd.DataFrame(rows).to_string(index=False) if rows else "(nothing measured)"
-    lines = [header + caption, table] + ([] if group else [legend])
+    return rows
+
+
+def _whole_model_lines(model: pd.DataFrame, whole: str) -> list[str]:
+    """Per device: the whole model's time per call with its fixed costs apart, or why it has none."""
+    lines = []
     for _, m in (model.iterrows() if not model.empty else []):
         if is_number(m.get("median_s")):
             lines.append(
@@ -185,7 +165,7 @@ def batch_table(profile: Profile, batch_size: int, top: int | None = DEFAULT_TOP
             lines.append(f"{m['device']}: {whole} {m.get('status')}: {m.get('reason')}")
         if is_number(m.get("in_model_s")):
             lines.append(in_context_line(m))
-    return "\n".join(lines)
+    return lines
 
 
 def in_context_line(model_row: pd.Series) -> str:
@@ -272,27 +252,6 @@ def render(profile: Profile, dataset_size: int | None = None, top: int | None = 
     return f"{text}\n\n{predicted}" if predicted else text
 
 
-def capacity_line(device: str, found: Mapping[str, Any]) -> str:
-    """One sentence: the largest batch that fits on ``device``, how it was found, or why it is unknown."""
-    limit = found.get("limit_bytes")
-    within = f" within {format_bytes(limit)}" if is_number(limit) else ""
-    estimate = found.get("estimated_batch")
-    largest = found.get("largest_batch")
-    if not is_number(largest):
-        if is_number(estimate) and not found.get("tries"):
-            more = " or more" if found.get("estimate_capped") else ""
-            note = f"; {found['note']}" if found.get("note") else ""
-            return (f"{device}: the compiled programs' memory allows about batch {int(estimate):,}{more}{within} "
-                    f"(compiler's estimate, not run: tbs profile --capacity confirms it by real calls{note})")
-        compiler = f"; the compiler's memory line allowed {int(estimate):,}" if is_number(estimate) else ""
-        return f"{device}: largest batch that fits unknown ({found.get('reason') or 'no call ran'}){compiler}"
-    capped = " or more (the search stops there)" if found.get("capped") else ""
-    compiler = f"; the compiler's memory line alone allowed {int(estimate):,}" if is_number(estimate) else ""
-    why = f"; {found['reason']}" if found.get("reason") else ""
-    return (f"{device}: largest batch that fits{within}: {int(largest):,}{capped}, confirmed by a real call"
-            f"{compiler}{why}")
-
-
 def capacity_lines(profile: Profile) -> list[str]:
     """A line per device with something to say (an estimate or a search); none for a device without sizes."""
     return [capacity_line(d, f) for d, f in profile.meta.capacity.items()
@@ -322,16 +281,9 @@ def predicted_lines(profile: Profile) -> str:
     return "\n".join(lines)
 
 
-def comparison_table(rec: Recommendation) -> list[dict[str, str]]:
-    """Totals per sample, formatted for people (console and HTML)."""
-    return [{"placement": row["name"], "time / sample": format_seconds(row["seconds_per_sample"]),
-             "cost / 1M samples": "no price" if row["usd_per_1m_samples"] is None else format_usd(row["usd_per_1m_samples"])}
-            for row in comparison(rec)]
-
-
 def recommendation_text(rec: Recommendation) -> str:
     """The placement per layer, the totals against single devices, the saving and the frontier."""
-    batch = rec.inputs.batch_size
+    batch = rec.data.batch_size
     layers = rec.placement
     layers["time / sample"] = layers.pop("seconds_per_sample").map(format_seconds)
     layers["cost / sample"] = layers.pop("usd_per_sample").map(format_usd)
@@ -354,8 +306,8 @@ def recommendation_text(rec: Recommendation) -> str:
             f"{format_usd(e.per_sample(batch)['usd_per_1m_samples'])}/1M" for e in rec.frontier)]
     if rec.predicted_note:
         lines += ["", f"Note: {rec.predicted_note}"]
-    if rec.inputs.batch_note:
-        lines += ["", f"Note: {rec.inputs.batch_note}"]
+    if rec.data.batch_note:
+        lines += ["", f"Note: {rec.data.batch_note}"]
     lines += dependence_lines(rec)
     if rec.verification is not None:
         lines.append(verification_text(rec.verification))

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from tbs.report.console import INACTIVE_MARK, NOT_IN_STEP_MARK
+from tbs.report.vocabulary import INACTIVE_MARK, NOT_IN_STEP_MARK
 from tbs.schema import USABLE
 from tbs.units import PER_MILLION, format_seconds, format_usd, is_number
 

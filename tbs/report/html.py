@@ -22,8 +22,8 @@ from tbs.report.memory import section_memory
 from tbs.report.predicted import section_predicted
 from tbs.report.records import section_cells, section_environment, section_not_measured
 from tbs.report.winners import crossovers, winner, winners
-from tbs.report.console import (INACTIVE_MARK, NOT_IN_STEP_MARK, NOT_IN_STEP_MEANING, comparison_table, inactive_layers,
-                                not_in_step, training_command)
+from tbs.report.vocabulary import (INACTIVE_MARK, NOT_IN_STEP_MARK, NOT_IN_STEP_MEANING, comparison_table,
+                                   inactive_layers, not_in_step, training_command)
 from tbs.report.figures import batch_axis, heatmap_figure, layer_stack, scaling_figure, spread_figure
 from tbs.report.groups import DEFAULT_TOP
 from tbs.report.layers_view import section_layer_table, section_where as where_figures
@@ -231,7 +231,7 @@ def section_placement(data: ReportData) -> str:
     if isinstance(rec, str):  # why there is none
         return head + f'<p class="note">{_esc(rec)}</p>'
     objective = rec.objective
-    batch = rec.inputs.batch_size
+    batch = rec.data.batch_size
     rows = rec.placement[["layer", "device"]].assign(
         **{"time / sample": rec.placement["seconds_per_sample"].map(format_seconds)})
     totals = comparison_table(rec)
@@ -253,7 +253,7 @@ def section_placement(data: ReportData) -> str:
             f"transfers between devices included.{mode} Predicted from the profile: check it with "
             f"<code>tbs recommend {_esc(data.profile.directory)} --verify</code>.</p>"
             + (f'<p class="inactive">{_esc(rec.predicted_note)}</p>' if rec.predicted_note else "")
-            + (f'<p class="inactive">{_esc(rec.inputs.batch_note)}</p>' if rec.inputs.batch_note else "")
+            + (f'<p class="inactive">{_esc(rec.data.batch_note)}</p>' if rec.data.batch_note else "")
             + f"{_table(pd.DataFrame(totals))}{_table(rows)}"
             + (f"<p>Layers resting on a prediction (solved again with every predicted time at its 90% band's low "
                f"and high end):</p>{_table(pd.DataFrame(rec.prediction_dependence))}"

@@ -44,7 +44,7 @@ def _evaluation(e: Evaluation, batch: int) -> dict[str, Any]:
 
 def recommendation_dict(rec: Recommendation) -> dict[str, Any]:
     """The answer, the alternatives, and every input the optimiser used (so anyone can check it)."""
-    batch = rec.inputs.batch_size
+    batch = rec.data.batch_size
     out = {
         "objective": rec.objective, "billing": rec.billing, "batch_size": batch, "method": rec.method,
         **({"mode": rec.mode, "mode_note": rec.mode_note} if rec.mode == "training" else {}),
@@ -54,9 +54,9 @@ def recommendation_dict(rec: Recommendation) -> dict[str, Any]:
         "per_layer_argmin": _evaluation(rec.argmin, batch) if rec.argmin else None,
         "saving": saving(rec),
         "frontier": [_evaluation(e, batch) for e in rec.frontier],
-        "inputs": rec.inputs.as_dict(),
+        "inputs": rec.data.as_dict(),
         **({"predicted": rec.predicted_note} if rec.predicted_note else {}),
-        **({"batch_note": rec.inputs.batch_note} if rec.inputs.batch_note else {}),
+        **({"batch_note": rec.data.batch_note} if rec.data.batch_note else {}),
         **({"prediction_dependence": rec.prediction_dependence} if rec.prediction_dependence else {}),
     }
     if rec.verification is not None:

@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from tbs.report.console import not_in_step
+from tbs.report.vocabulary import not_in_step
 from tbs.report.figures import fmt, layer_stack, missing_cells, stacked_figure, whole_model
 from tbs.report.groups import fold, grouped, measured_table
 from tbs.report.page import ReportData, esc, figure

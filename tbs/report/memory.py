@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from tbs.report.console import capacity_line
+from tbs.report.vocabulary import capacity_line
 from tbs.report.page import ReportData, esc, table
 from tbs.units import format_bytes, is_number
 

@@ -17,7 +17,7 @@ import plotly.io as pio
 from tbs.place.recommend import Recommendation
 from tbs.profiles.profile import Profile, with_layer_sums
 from tbs.report.winners import with_intervals
-from tbs.report.console import inactive_layers, not_in_step
+from tbs.report.vocabulary import inactive_layers, not_in_step
 from tbs.report.figures import View
 from tbs.report.groups import DEFAULT_TOP, fold, layer_groups, measured_table
 from tbs.schema import Status

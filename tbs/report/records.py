@@ -8,7 +8,7 @@ import json
 
 import pandas as pd
 
-from tbs.report.console import INACTIVE_MARK
+from tbs.report.vocabulary import INACTIVE_MARK
 from tbs.report.page import ReportData, esc as _esc, table as _table
 from tbs.schema import NOT_MEASURED, ProfileStatus
 from tbs.units import PER_MILLION, format_seconds, format_usd, is_number

@@ -19,9 +19,9 @@ from tbs.units import PER_MILLION, format_bytes, format_seconds, format_usd, is_
 
 
 def samples_per_epoch(data: ReportData) -> int | None:
-    """N, the samples in one epoch: ``--samples``, else what the profile recorded; None when unknown."""
+    """N, the samples in one epoch: ``--dataset-size``, else what the profile recorded; None when unknown."""
     meta = data.profile.meta
-    n = data.dataset_size or meta.samples or meta.training.get("samples_per_epoch")
+    n = data.dataset_size or meta.samples
     return int(n) if is_number(n) and n else None
 
 
@@ -104,7 +104,7 @@ def section_training_cost(data: ReportData) -> str:
     head = '<h2 id="train-cost">Cost per training sample and per epoch</h2>'
     if data.model.empty:
         return head + '<p class="note">No whole train step was measured.</p>'
-    note = ("" if epoch else '<p class="note">Give the dataset size (<code>--samples N</code>) to see the cost '
+    note = ("" if epoch else '<p class="note">Give the dataset size (<code>--dataset-size N</code>) to see the cost '
             'of one epoch (N × cost per training sample).</p>')
     return (f'{head}<p class="note">One compiled train step of the whole model (forward, loss, backward, update) '
             'per device, divided by the batch size; "no price" where a device has none.</p>'

@@ -14,12 +14,7 @@ import numpy as np
 from tbs.backends import xla
 from tbs.backends.base import (CALIBRATION_MATMUL_N, CALIBRATION_STREAM_BYTES, CalibrationProgram,
                                ProgramCost)
-
-
-def _jax() -> Any:
-    import jax
-
-    return jax
+from tbs.backends.jax.environment import jax as _jax
 
 
 def program_cost(place: Callable[[Any], Any], pure: Callable[..., Any], values: list[Any],

@@ -26,16 +26,11 @@ import numpy as np
 from tbs.backends.base import (CalibrationProgram, Device, PlacedStep, ProgramCost, Runner, Source, TracedCalls,
                                TrainingPrograms)
 from tbs.backends.jax.capture import host_strings_accepted
+from tbs.backends.jax.environment import jax as _jax
 from tbs.backends.tensors import is_host_strings, iter_tensors, replace_tensors
 
 STRINGS_UNSUPPORTED = ("needs TensorFlow string ops: JAX has no string type, so this call cannot be "
                        "compiled or placed on a JAX device")
-
-
-def _jax() -> Any:
-    import jax
-
-    return jax
 
 
 def _arrays(structure: Any) -> list[Any]:
@@ -115,7 +110,7 @@ class JaxDevice(Device):
         def copy(x: Any) -> Any:
             if is_host_strings(x) or not (hasattr(x, "shape") and hasattr(x, "dtype")):
                 return x  # strings have no JAX type: they stay on the host
-            return jax.device_put(x, self.jax_device)
+            return self.put(x)
 
         placed = jax.tree.map(copy, structure)
         for leaf in jax.tree.leaves(placed):
@@ -128,7 +123,7 @@ class JaxDevice(Device):
         jax = _jax()
         variables = list(variables)
         values = self._values_here(variables)
-        tensors = [jax.device_put(t, self.jax_device) for t in tensors]
+        tensors = [self.put(t) for t in tensors]
         stateless = _stateless(lambda *t: _arrays(call(*t)), variables)
 
         def step(values: list[Any], tensors: list[Any]) -> list[Any]:
@@ -167,7 +162,7 @@ class JaxDevice(Device):
         jax = _jax()
         variables = list(variables)
         pure = _stateless(lambda *t: list(call(*t)), variables)
-        return list(jax.jit(pure)(self._values_here(variables), *[self._put(t) for t in tensors]))
+        return list(jax.jit(pure)(self._values_here(variables), *[self.put(t) for t in tensors]))
 
     def trace(self, call: Callable[..., Any], tensors: list[Any], variables: Sequence[Any] = ()) -> bool:
         jax = _jax()
@@ -191,14 +186,14 @@ class JaxDevice(Device):
         jax = _jax()
 
         def place(x: Any) -> Any:  # a stand-in from ``abstract`` is lowered as it is: there is no data to copy
-            return x if isinstance(x, jax.ShapeDtypeStruct) else self._put(x)
+            return x if isinstance(x, jax.ShapeDtypeStruct) else self.put(x)
 
         return analysis.program_cost(place, pure, [v.value for v in variables], list(tensors))
 
     def calibration_programs(self, dtype: str) -> list[CalibrationProgram]:
         from tbs.backends.jax import analysis
 
-        return analysis.calibration_programs(self.kind, self._put, self.compile_blocked, dtype)
+        return analysis.calibration_programs(self.kind, self.put, self.compile_blocked, dtype)
 
     def peak_memory_bytes(self, reset: bool = False) -> int | None:
         """On the CPU the process's peak RSS; on an accelerator its allocator's peak.
@@ -223,24 +218,25 @@ class JaxDevice(Device):
                           xla: bool, seed: int = 0, owned: Sequence[bool] | None = None) -> TrainingPrograms:
         from tbs.backends.jax import training
 
-        return training.training_programs(self._put, lambda *t: call(*t), tensors, variables, grad_inputs,
+        return training.training_programs(self.put, lambda *t: call(*t), tensors, variables, grad_inputs,
                                           make_optimizer, seed, _arrays, _views_of_inputs, _total, owned)
 
     def train_step(self, model: Any, tensors: list[Any], rebuild: Callable[[list[Any]], Any], targets: list[Any],
                    loss: Callable[[list[Any], Any], Any], make_optimizer: Callable[[], Any], xla: bool) -> Runner:
         from tbs.backends.jax import training
 
-        return training.train_step(self._put, model, tensors, rebuild, targets, loss, make_optimizer)
+        return training.train_step(self.put, model, tensors, rebuild, targets, loss, make_optimizer)
 
     def split_train_runner(self, steps: list[PlacedStep], outputs: list[Source], inputs: list[Any],
                            targets: list[Any], loss: Callable[[list[Any], Any], Any], loss_device: Device,
                            make_optimizer: Callable[[], Any]) -> Runner:
         from tbs.backends.jax import split
 
-        return split.split_train_runner(steps, outputs, inputs, targets, loss, loss_device._put, make_optimizer,
+        return split.split_train_runner(steps, outputs, inputs, targets, loss, loss_device.put, make_optimizer,
                                         _arrays)
 
-    def _put(self, x: Any) -> Any:
+    def put(self, x: Any) -> Any:
+        """``x`` copied to this device (the one copy every program here and the split step use)."""
         return _jax().device_put(x, self.jax_device)
 
     def run_placed(self, call: Any, args: tuple, kwargs: dict) -> Any:
@@ -258,11 +254,11 @@ class JaxDevice(Device):
             compiled = self._placed_calls[call.name] = (jax.jit(_stateless(invoke, variables)),
                                                         self._values_here(variables))
         fn, values = compiled
-        return fn(values, *[jax.device_put(t, self.jax_device) for t in iter_tensors((args, kwargs))])
+        return fn(values, *[self.put(t) for t in iter_tensors((args, kwargs))])
 
     def _values_here(self, variables: list[Any]) -> list[Any]:
         """The variables' current values, on this device."""
-        return [_jax().device_put(v.value, self.jax_device) for v in variables]
+        return [self.put(v.value) for v in variables]
 
     def replay_runner(self, replay: Callable[..., Any], tensors: list[Any]) -> Callable[[int], None]:
         """A Python loop of per-call compiled functions (one jit cannot span devices).

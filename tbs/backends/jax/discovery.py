@@ -8,7 +8,8 @@ import os
 
 from tbs.backends.base import Device, Discovery
 from tbs.backends.host import cpu_model, total_memory_bytes
-from tbs.backends.jax.device import JaxDevice, _jax
+from tbs.backends.jax.device import JaxDevice
+from tbs.backends.jax.environment import jax as _jax
 
 
 def _missing_reason(platform: str, exc: BaseException | None) -> str:

@@ -15,15 +15,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from tbs.backends.base import PlacedStep, Runner, Source
-from tbs.backends.jax.training import _is_float, _pure
+from tbs.backends.jax.environment import jax as _jax
+from tbs.backends.jax.training import is_float, pure_call
 from tbs.backends.tensors import iter_tensors, replace_tensors
 from tbs.schema import GRAPH_INPUT
-
-
-def _jax() -> Any:
-    import jax
-
-    return jax
 
 
 class _Call:
@@ -32,7 +27,7 @@ class _Call:
     def __init__(self, step: PlacedStep, arrays: Callable[[Any], list[Any]], make_optimizer: Callable[[], Any],
                  updates: bool = True) -> None:
         jax = _jax()
-        self.step, self.put = step, step.device._put
+        self.step, self.put = step, step.device.put
         call = step.call
         variables = list(getattr(call.op, "variables", ()))
         trainable = [v for v in variables if v.trainable]
@@ -45,7 +40,7 @@ class _Call:
             args, kwargs = replace_tensors(structure, list(tensors))
             return call.invoke(*args, **kwargs)
 
-        pure = _pure(invoke, trainable, state, arrays)
+        pure = pure_call(invoke, trainable, state, arrays)
         self.wanted = [i for i, flag in enumerate(step.grad_inputs) if flag]
         wanted = self.wanted
 
@@ -55,7 +50,7 @@ class _Call:
                 for i, value in zip(wanted, wanted_values):
                     args[i] = value
                 outputs, new_state = pure(values, state_values, *args)
-                floats = [o for o in outputs if _is_float(o)]
+                floats = [o for o in outputs if is_float(o)]
                 return floats, (outputs, new_state)
 
             floats, vjp, (outputs, new_state) = jax.vjp(f, train_values, [tensors[i] for i in wanted], has_aux=True)
@@ -77,7 +72,7 @@ class _Call:
         recorded = iter_tensors((self.step.call.args, self.step.call.kwargs))
         tensors = [self.put(values[src] if src is not None else x) for src, x in zip(self.step.sources, recorded)]
         outputs, self.state_values, self.vjp = self.forward(self.train_values, self.state_values, tensors)
-        self.float_index = [k for k, o in enumerate(outputs) if _is_float(o)]
+        self.float_index = [k for k, o in enumerate(outputs) if is_float(o)]
         for k, out in enumerate(outputs):
             values[(self.step.name, k)] = out
         self.shapes = [outputs[k] for k in self.float_index]

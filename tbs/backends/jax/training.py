@@ -25,23 +25,18 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from tbs.backends.base import Runner, TrainingPrograms
-
-
-def _jax() -> Any:
-    import jax
-
-    return jax
+from tbs.backends.jax.environment import jax as _jax
 
 
 def _bytes(values: Sequence[Any]) -> int:
     return int(sum(np.prod(v.shape, dtype=np.int64) * np.dtype(v.dtype).itemsize for v in values))
 
 
-def _is_float(x: Any) -> bool:
+def is_float(x: Any) -> bool:
     return np.issubdtype(np.dtype(x.dtype), np.floating)
 
 
-def _pure(call: Callable[..., Any], trainable: list[Any], state: list[Any],
+def pure_call(call: Callable[..., Any], trainable: list[Any], state: list[Any],
           arrays: Callable[[Any], list[Any]]) -> Callable[..., tuple[list[Any], list[Any]]]:
     """``call`` as a pure function: (trainable values, state values, *tensors) -> (outputs, new state)."""
     from keras.src.backend import StatelessScope
@@ -150,12 +145,12 @@ def training_programs(place: Callable[[Any], Any], call: Callable[..., Any], ten
     state = [v for v in variables if not v.trainable]
     train_values, state_values = [place(v.value) for v in trainable], [place(v.value) for v in state]
     tensors = [place(t) for t in tensors]
-    pure = _pure(call, trainable, state, arrays)
+    pure = pure_call(call, trainable, state, arrays)
     views = views_of(lambda values, ts: pure(values[0], values[1], *ts)[0], (train_values, state_values), tensors)
     forward = _forward(pure, train_values, state_values, tensors, views, total)
     shapes, _ = jax.eval_shape(pure, train_values, state_values, *tensors)
-    float_outputs = [k for k, s in enumerate(shapes) if _is_float(s)]
-    wanted = [i for i, (flag, t) in enumerate(zip(grad_inputs, tensors)) if flag and _is_float(t)]
+    float_outputs = [k for k, s in enumerate(shapes) if is_float(s)]
+    wanted = [i for i, (flag, t) in enumerate(zip(grad_inputs, tensors)) if flag and is_float(t)]
     weight_bytes = _bytes([v.value for v, own in zip(variables, owned) if own])
     if not float_outputs or not (trainable or wanted):
         return TrainingPrograms(forward, None, False, None, weight_bytes, 0, None,

@@ -1,21 +1,9 @@
 """A TensorFlow device: placing data, and blocked, compiled calls.
 
-A timed call runs the layer n times inside one ``tf.function`` holding a
-``tf.while_loop`` (parallel_iterations=1, so iterations never overlap). Unrolled
-copies of the same call would be merged by Grappler; a loop body really runs
-every iteration. Each iteration consumes one element of every output, so
-nothing is pruned, and the runner waits on one scalar instead of copying
-activations back to the host.
-
-parallel_iterations=1 matters (issue 11, tests/test_tf_runner.py): a plain
-``tf.while_loop`` runs up to 10 iterations at once, and calls that do not depend
-on each other then overlap -- on lm_imdb the next call's single-threaded string
-ops run on a second core, so a plain loop reports about 0.7x of one call's time.
-That is throughput of overlapped calls, not what one forward pass takes.
-
-Programs are traced without autograph, as Keras 3 compiles its own predict and train
-steps (``do_not_convert``): a layer is the graph model.fit would run, and its trace
-skips converting every call inside it (most of a small layer's trace time).
+Every timed program is a blocked runner from ``loop.py`` (one ``tf.while_loop``
+with parallel_iterations=1 inside a ``tf.function``; why, there); this class
+places data, names the device and hands its calls to the training and split
+modules, which build their runners from ``loop.py`` too.
 """
 
 from __future__ import annotations
@@ -25,27 +13,9 @@ from typing import Any, Callable, Sequence
 
 from tbs.backends.base import (CalibrationProgram, Device, PlacedStep, ProgramCost, Runner, Source, TracedCalls,
                                TrainingPrograms)
-from tbs.backends.tensorflow import training
+from tbs.backends.tensorflow import loop, training
 from tbs.backends.tensorflow.capture import watch_ops
 from tbs.backends.tensorflow.environment import tensorflow as _tensorflow
-
-OVERLAPPED_ITERATIONS = 10  # tf.while_loop's default parallel_iterations: what a plain loop of calls gets
-
-
-def _consume(structure: Any) -> Any:
-    """A float32 scalar depending on one element of every output tensor (cheap, un-prunable)."""
-    tf = _tensorflow()
-    total = tf.constant(0.0)
-    for part in tf.nest.flatten(structure, expand_composites=True):
-        if not isinstance(part, tf.Tensor):
-            continue
-        head = tf.reshape(part, [-1])[:1]
-        if part.dtype == tf.string:
-            head = tf.strings.length(head)
-        elif part.dtype.is_complex:
-            head = tf.math.real(head)
-        total += tf.reduce_sum(tf.cast(head, tf.float32))
-    return total
 
 
 class TFDevice(Device):
@@ -86,49 +56,12 @@ class TFDevice(Device):
     def compile_blocked(self, call: Callable[..., Any], tensors: list[Any], xla: bool,
                         variables: Sequence[Any] = ()) -> Callable[[int], None]:
         """``variables`` are read inside the loop as the resource variables they are."""
-        return self._blocked(call, tensors, xla, parallel_iterations=1)
+        return loop.blocked(self, call, tensors, xla)
 
     def overlapped_blocked(self, call: Callable[..., Any], tensors: list[Any], xla: bool,
                            variables: Sequence[Any] = ()) -> Callable[[int], None]:
         """A plain ``tf.while_loop``'s default: up to 10 independent calls at once (throughput)."""
-        return self._blocked(call, tensors, xla, parallel_iterations=OVERLAPPED_ITERATIONS)
-
-    def _blocked(self, call: Callable[..., Any], tensors: list[Any], xla: bool, parallel_iterations: int,
-                 before_loop: Callable[..., Callable[[], Any]] | None = None) -> Callable[[int], None]:
-        """The blocked runner. ``before_loop(*tensors)``, where given, runs once per runner call before
-        the loop and returns what each iteration runs (training: a backward from one forward's tape)."""
-        tf = _tensorflow()
-        device_name = self.tf_name
-
-        def compiled(step: Callable[..., Any]) -> Callable[..., Any]:
-            # With XLA, the call is its own XLA computation launched every iteration; compiling
-            # the loop too would let XLA hoist the loop-invariant call out of it.
-            return tf.function(step, jit_compile=True, autograph=False) if xla else step
-
-        plain = compiled(call)
-
-        @tf.function(jit_compile=False, autograph=False)
-        def blocked(n: Any, *args: Any) -> Any:
-            if before_loop is None:
-                iteration = lambda: plain(*args)  # noqa: E731
-            else:
-                with tf.device(device_name):
-                    iteration = compiled(before_loop(*args))
-
-            def body(i: Any, acc: Any) -> tuple[Any, Any]:
-                with tf.device(device_name):
-                    out = iteration()
-                    return i + 1, acc + _consume(out)
-
-            return tf.while_loop(lambda i, acc: i < n, body, (tf.constant(0), tf.constant(0.0)),
-                                 parallel_iterations=parallel_iterations)[1]
-
-        def runner(n: int) -> None:
-            result = blocked(tf.constant(n, dtype=tf.int32), *tensors)
-            self.sync()
-            result.numpy()  # a 4-byte scalar: waits for the device without copying activations
-
-        return runner
+        return loop.blocked(self, call, tensors, xla, parallel_iterations=loop.OVERLAPPED_ITERATIONS)
 
     def trace_calls(self, call: Callable[..., Any], tensors: list[Any], xla: bool, variables: Sequence[Any] = (),
                     calls: int = 3) -> TracedCalls | None:
@@ -231,5 +164,4 @@ class TFDevice(Device):
         return watch_ops()
 
     def sync(self) -> None:
-        if self.kind != "cpu":
-            _tensorflow().test.experimental.sync_devices()
+        loop.sync(self.kind)

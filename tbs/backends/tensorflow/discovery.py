@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from tbs.backends.base import Device, Discovery
-from tbs.backends.host import cpu_model, total_memory_bytes
+from tbs.backends.host import cpu_model, native_stderr_captured, total_memory_bytes
 from tbs.backends.tensorflow.device import TFDevice
-from tbs.backends.tensorflow.environment import native_stderr_captured
 from tbs.backends.tensorflow.environment import tensorflow as _tensorflow
 
 TPU_DISCOVERY_TIMEOUT_S = 10.0

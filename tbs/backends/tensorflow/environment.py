@@ -10,13 +10,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import tempfile
 import warnings
-from contextlib import contextmanager
 from types import ModuleType
-from typing import Any, Iterator
+from typing import Any
 
-from tbs.backends.host import common_settings, package_versions
+from tbs.backends.host import common_settings, native_stderr_captured, package_versions
 
 
 def quiet_environment() -> None:
@@ -24,29 +22,6 @@ def quiet_environment() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     os.environ.setdefault("ABSL_MIN_LOG_LEVEL", "2")
-
-
-@contextmanager
-def native_stderr_captured() -> Iterator[None]:
-    """Hold back what native code writes to fd 2 (absl's pre-init log lines, CUDA probing); replay it on failure."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):  # no real fd 2 (e.g. some test runners)
-        yield
-        return
-    with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 2)
-        failed = True
-        try:
-            yield
-            failed = False
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            if failed:
-                sink.seek(0)
-                sys.stderr.write(sink.read().decode(errors="replace"))
 
 
 _MODULE: ModuleType | None = None  # TensorFlow, once tbs has quieted it
@@ -91,6 +66,11 @@ def configure() -> None:
     quiet_environment()
 
 
+def before_keras() -> None:
+    """Import TensorFlow quietly before Keras does (Keras would import it with its logs on)."""
+    tensorflow()
+
+
 def versions() -> dict[str, str]:
     """Versions of what measured (TensorFlow from the module: it ships as several distributions)."""
     tf = tensorflow()
@@ -117,7 +97,3 @@ def settings(xla: bool) -> dict[str, Any]:
         grappler="default",
     )
 
-
-def compiles_with_xla(xla: bool) -> bool:
-    """TensorFlow runs graphs unless --xla asks for XLA."""
-    return bool(xla)

@@ -11,15 +11,13 @@ the variables of the calls placed there, in its scope.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
-from tbs.backends.base import PlacedStep, Runner, Source
+from tbs.backends.base import Device, PlacedStep, Runner, Source
+from tbs.backends.tensorflow import loop
 from tbs.backends.tensorflow.environment import tensorflow as _tensorflow
 from tbs.backends.tensors import iter_tensors, replace_tensors
 from tbs.schema import GRAPH_INPUT
-
-if TYPE_CHECKING:
-    from tbs.backends.tensorflow.device import TFDevice
 
 
 def _placed(step: PlacedStep, tensors: list[Any]) -> list[Any]:
@@ -52,9 +50,10 @@ def _placed(step: PlacedStep, tensors: list[Any]) -> list[Any]:
     return call(*tensors)
 
 
-def split_train_runner(host: "TFDevice", steps: list[PlacedStep], outputs: list[Source], inputs: list[Any],
-                       targets: list[Any], loss: Callable[[list[Any], Any], Any], loss_device: "TFDevice",
+def split_train_runner(host: loop.Placement, steps: list[PlacedStep], outputs: list[Source], inputs: list[Any],
+                       targets: list[Any], loss: Callable[[list[Any], Any], Any], loss_device: Device,
                        make_optimizer: Callable[[], Any]) -> Runner:
+    """One graph of the placed train step, run by ``host``'s blocked loop (every device here is a TensorFlow one)."""
     tf = _tensorflow()
     groups: dict[str, tuple[Any, list[Any]]] = {}
     seen: set[int] = set()
@@ -66,7 +65,7 @@ def split_train_runner(host: "TFDevice", steps: list[PlacedStep], outputs: list[
             groups.setdefault(step.device.name, (step.device, []))[1].extend(variables)
     optimizers = {}
     for name, (device, variables) in groups.items():
-        with device.scope():
+        with tf.device(device.tf_name):
             optimizers[name] = make_optimizer()
             optimizers[name].build(variables)
     ys = loss_device.place(list(targets))
@@ -90,4 +89,4 @@ def split_train_runner(host: "TFDevice", steps: list[PlacedStep], outputs: list[
                 total += tf.reduce_sum(tf.reshape(tf.cast(variables[0].value, tf.float32), [-1])[:1])
         return total
 
-    return host.compile_blocked(train_step, list(inputs), False)
+    return loop.blocked(host, train_step, list(inputs), False)

@@ -1,8 +1,8 @@
 """Training phases on TensorFlow: a call's forward, backward and optimizer update, and whole train steps.
 
-Every program is a blocked runner built by ``TFDevice`` (one ``tf.while_loop``
-with parallel_iterations=1 inside a ``tf.function``), so a training phase is
-timed exactly like a forward pass.
+Every program is a blocked runner built by ``loop.py`` (one ``tf.while_loop``
+with parallel_iterations=1 inside a ``tf.function``), as a forward pass is, so a
+training phase is timed exactly like one.
 
 A TensorFlow gradient needs the tape that recorded its forward pass, so each
 call of the backward runner runs the forward once under a tape, before its
@@ -27,16 +27,14 @@ keeps a snapshot and ``restore()`` puts it back.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from tbs.backends.base import Runner, TrainingPrograms
-from tbs.backends.tensorflow import analysis
+from tbs.backends.tensorflow import analysis, loop
 from tbs.backends.tensorflow.environment import tensorflow as _tensorflow
-
-if TYPE_CHECKING:
-    from tbs.backends.tensorflow.device import TFDevice
+from tbs.backends.tensorflow.loop import Placement
 
 COTANGENT_SCALE = 1e-3  # small cotangents keep every gradient finite, whatever the layer
 # Ops that read only a tensor's shape: a tensor they consume is not kept alive for its values.
@@ -214,7 +212,7 @@ def residual_bytes(call: Callable[..., Any], tensors: list[Any], trainable: list
     return found["bytes"]
 
 
-def _update(device: TFDevice, trainable: list[Any], grads: list[Any], make_optimizer: Callable[[], Any],
+def _update(device: Placement, trainable: list[Any], grads: list[Any], make_optimizer: Callable[[], Any],
             xla: bool) -> tuple[Runner, int]:
     """A runner applying fixed gradients to copies of the trainable variables, and the optimizer's bytes.
 
@@ -232,7 +230,7 @@ def _update(device: TFDevice, trainable: list[Any], grads: list[Any], make_optim
         return [tf.reshape(c.read_value(), [-1])[:1] for c in copies]  # read after the update
 
     slots = sum(_bytes(v.shape, v.dtype) or 0 for v in optimizer.variables)
-    runner = device.compile_blocked(apply, grads, xla)
+    runner = loop.blocked(device, apply, grads, xla)
     runner_costs = lambda: analysis.program_cost(device.tf_name, device.kind, apply, list(grads))  # noqa: E731
     return _WithCost(runner, runner_costs), slots
 
@@ -247,7 +245,7 @@ class _WithCost:
         self._run(n)
 
 
-def training_programs(device: TFDevice, call: Callable[..., Any], tensors: list[Any], variables: Sequence[Any],
+def training_programs(device: Placement, call: Callable[..., Any], tensors: list[Any], variables: Sequence[Any],
                       grad_inputs: Sequence[bool], make_optimizer: Callable[[], Any] | None, xla: bool,
                       seed: int = 0, owned: Sequence[bool] | None = None) -> TrainingPrograms:
     """Compile one call's forward, forward+backward and update runners (see ``Device.training_programs``)."""
@@ -258,7 +256,7 @@ def training_programs(device: TFDevice, call: Callable[..., Any], tensors: list[
     flagged = [i for i, (t, wanted) in enumerate(zip(tensors, grad_inputs))
                if wanted and t.dtype.is_floating]
     weight_bytes = sum(_bytes(v.value.shape, v.value.dtype) or 0 for v, own in zip(variables, owned) if own)
-    forward = device.compile_blocked(call, tensors, xla, variables)
+    forward = loop.blocked(device, call, tensors, xla)
     backward = both = update = residuals = None
     slot_bytes = 0
     if trainable or flagged:
@@ -268,11 +266,11 @@ def training_programs(device: TFDevice, call: Callable[..., Any], tensors: list[
         if cotangents:
             step = _differentiate(call, trainable, flagged, cotangents)
             if xla:  # one XLA computation per call runs its ops one after another: forward+backward less forward
-                backward = device.compile_blocked(step, tensors, xla, variables)
+                backward = loop.blocked(device, step, tensors, xla)
             else:
-                backward = device._blocked(call, tensors, xla, 1, _backward_from_tape(call, trainable, flagged,
-                                                                                      cotangents))
-                both = device.compile_blocked(step, tensors, xla, variables)
+                backward = loop.blocked(device, call, tensors, xla, 1, _backward_from_tape(call, trainable, flagged,
+                                                                                           cotangents))
+                both = loop.blocked(device, step, tensors, xla)
             residuals = residual_bytes(call, tensors, trainable, flagged, cotangents)
         if grads is not None and make_optimizer is not None:  # the variables it owns: one update per variable
             update, slot_bytes = _update(device, [trainable[i] for i in updated], [grads[i] for i in updated],
@@ -310,13 +308,13 @@ class TrainStepRunner:
         self._model.set_weights(self._saved)
 
 
-def train_step(device: TFDevice, model: Any, tensors: list[Any], rebuild: Callable[[list[Any]], Any],
+def train_step(device: Placement, model: Any, tensors: list[Any], rebuild: Callable[[list[Any]], Any],
                targets: list[Any], loss: Callable[[list[Any], Any], Any], make_optimizer: Callable[[], Any],
                xla: bool) -> TrainStepRunner:
     """A runner of whole train steps: forward (training=True), loss plus the model's own losses,
     gradients of every trainable variable and the optimizer's update, one step per loop iteration.
 
-    With ``xla`` the whole step is one XLA computation per iteration (``compile_blocked``).
+    With ``xla`` the whole step is one XLA computation per iteration (``loop.blocked``).
     """
     tf = _tensorflow()
     trainable = model.trainable_variables
@@ -336,7 +334,7 @@ def train_step(device: TFDevice, model: Any, tensors: list[Any], rebuild: Callab
         optimizer.apply(grads, trainable)
         return value
 
-    # compile_blocked only defines the program (it traces on the first run): the snapshot is of the start.
-    runner = TrainStepRunner(device.compile_blocked(step, list(tensors) + list(targets), xla, model.variables), model)
+    # loop.blocked only defines the program (it traces on the first run): the snapshot is of the start.
+    runner = TrainStepRunner(loop.blocked(device, step, list(tensors) + list(targets), xla), model)
     runner.costs = lambda: {"step": analysis.program_cost(device.tf_name, device.kind, step, list(tensors) + list(targets))}
     return runner

@@ -36,16 +36,16 @@ class Pair:
     inference_rec: Recommendation | str | None = None
 
 
-def pair(profile: Profile, compare: Profile, recommendation: Recommendation | str | None = None,
-         compare_recommendation: Recommendation | str | None = None) -> Pair:
+def pair(profile: Profile, other_mode: Profile, recommendation: Recommendation | str | None = None,
+         other_mode_recommendation: Recommendation | str | None = None) -> Pair:
     """Whichever order they come in: one must be training and the other inference."""
-    modes = {profile.mode, compare.mode}
+    modes = {profile.mode, other_mode.mode}
     if modes != {"training", "inference"}:
         raise TbsError(f"comparing needs one inference and one training profile: '{profile.directory}' and "
-                       f"'{compare.directory}' are both {profile.mode}; profile the model with and without --training")
+                       f"'{other_mode.directory}' are both {profile.mode}; profile the model with and without --training")
     if profile.mode == "training":
-        return Pair(profile, compare, recommendation, compare_recommendation)
-    return Pair(compare, profile, compare_recommendation, recommendation)
+        return Pair(profile, other_mode, recommendation, other_mode_recommendation)
+    return Pair(other_mode, profile, other_mode_recommendation, recommendation)
 
 
 def _value(value: object, by: str) -> str:
@@ -94,7 +94,7 @@ def step_against_forward(p: Pair) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def section_compare(p: Pair) -> str:
+def section_modes(p: Pair) -> str:
     """What only the pair shows: a sample's cost in each mode, and where the cheapest device changes."""
     changed, compared = differences(p)
     whole = step_against_forward(p)
@@ -120,7 +120,7 @@ def _prefixed(content: str, prefix: str) -> str:
 
 def render_html(p: Pair, dataset_size: int | None = None) -> str:
     """One page: the comparison, then the training view, then the inference view."""
-    parts, nav = [section_compare(p)], [("compare", "Inference vs training")]
+    parts, nav = [section_modes(p)], [("compare", "Inference vs training")]
     for mode, profile, rec, prefix in (("Training", p.training, p.training_rec, "t-"),
                                        ("Inference", p.inference, p.inference_rec, "i-")):
         content, entries = html.body(ReportData(profile, dataset_size, rec))
