@@ -153,7 +153,7 @@ class JaxDevice(Device):
 
         variables = list(variables)
         pure = _stateless(lambda *t: _arrays(call(*t)), variables)
-        placed = [self._put(t) for t in tensors]
+        placed = [self.put(t) for t in tensors]
         return trace.trace_calls(_jax().jit(pure), (self._values_here(variables), *placed), calls)
 
     def compiled_outputs(self, call: Callable[..., list[Any]], tensors: list[Any],
