@@ -375,9 +375,14 @@ class Profiler(InParts):
 
     def _sample(self, sampler: Interleaved, pending: dict[tuple, Cell], phases: dict[tuple, int],
                 device: Device, batch: int) -> None:
-        """Sample every program in rounds; a cell is saved once all its phases are measured."""
+        """Sample every program in rounds; a cell is saved once all its phases are measured.
+
+        A whole model traced in context is saved once every cell of the group is sampled: its trace
+        (another compile, the profiler) then runs beside no other cell's samples.
+        """
         parts: dict[tuple, dict[str, Measurement]] = {key: {} for key in pending}
         total = len(pending)
+        traced_later: list[tuple[tuple, Cell, dict[str, Any], list[dict[str, Any]]]] = []
 
         def done(sub: tuple, m: Measurement) -> None:
             key, phase = sub
@@ -389,7 +394,10 @@ class Profiler(InParts):
                 samples = [s for p, pm in measured.items()
                            for s in rows.sample_rows(cell.target, key[1], pm, cell.base, p)]
                 row = cell.build(measured)
-                self._save(key, row, samples, cell.label, ops=self._trace(key, cell) if row.get("status") in MEASURED else [])
+                if cell.trace is not None and self.request.in_context and row.get("status") in MEASURED:
+                    traced_later.append((key, cell, row, samples))
+                else:
+                    self._save(key, row, samples, cell.label)
 
         def failed(sub: tuple, exc: BaseException) -> None:
             key, phase = sub
@@ -405,4 +413,10 @@ class Profiler(InParts):
                                   self.eta.remaining_seconds)
 
         self.progress.describe(f"sampling {total} cells on {device.name} @ batch {batch}")
-        sampler.run(on_done=done, on_error=failed, on_round=round_done)
+        finished = False
+        try:
+            sampler.run(on_done=done, on_error=failed, on_round=round_done)
+            finished = True
+        finally:  # stopped (Ctrl-C): what was measured is saved, untraced
+            for key, cell, row, samples in traced_later:
+                self._save(key, row, samples, cell.label, ops=self._trace(key, cell) if finished else [])
