@@ -335,7 +335,9 @@ def render(profile: Profile | Diff | PathLike | None, fmt: str = "text", *, reco
            other_mode_recommendation: Recommendation | str | None = None, top: int | None = DEFAULT_TOP,
            group: str | None = None, compare: Profile | PathLike | None = None,
            compare_recommendation: Recommendation | str | None = None) -> str:
-    """``fmt``: text, html (self-contained), json or csv. Returns the text; nothing is measured or solved.
+    """``fmt``: text, html (self-contained), json, csv, predicted or trace (Chrome/Perfetto trace-event JSON: the
+    traced whole-model calls op by op under their Keras layers, and the isolated cells). Returns the text;
+    nothing is measured or solved.
 
     ``top``: text and html show that many heaviest layers and fold the rest into one line
     ("N more layers, x% of the time"); None shows every layer. ``group``: 'kind' or 'block',
@@ -359,7 +361,7 @@ def render(profile: Profile | Diff | PathLike | None, fmt: str = "text", *, reco
             raise TbsError(f"fmt={fmt!r}: a tbs.Diff renders as {', '.join(diff_report.FORMATS)}")
         return diff_report.render(profile, fmt, every_cell=top is None)
     if not isinstance(fmt, str):
-        raise TbsError(f"fmt={fmt!r}: give a format name: text, html, json, csv or predicted")
+        raise TbsError(f"fmt={fmt!r}: give a format name: text, html, json, csv, predicted or trace")
     other_mode, other_name = _renamed("other_mode", other_mode, "compare", compare)
     other_rec, rec_name = _renamed("other_mode_recommendation", other_mode_recommendation,
                                    "compare_recommendation", compare_recommendation)

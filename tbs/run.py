@@ -257,7 +257,7 @@ class Run:
             xla=o.measure.xla, host=str(store.meta.host.get("hostname", "")), seed=o.measure.seed,
             host_device=next((d for d in self.discovery.devices if d.kind == "cpu"), None),
             price_row=row_pricer(o.prices), training_setup=self.training, capacity=o.measure.capacity,
-            analysis=o.measure.analysis, dedupe=o.measure.dedupe,
+            analysis=o.measure.analysis, dedupe=o.measure.dedupe, in_context=o.measure.in_context,
         )
         Profiler(request, store, self.reporter, should_stop=should_stop).run()
 

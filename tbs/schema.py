@@ -43,6 +43,14 @@ Format history (``FORMAT_VERSION``, written to ``metadata.json`` as ``tbs_profil
   ``CapacityRecord``); a damaged value is refused in one line naming the file and the key
   (``tbs.profiles.metadata.check_metadata``). The files and keys are those of version 6, so versions 1-6 read unchanged
   (they are checked the same way: a value of the wrong type was as damaged then).
+- Added since 7, without a new version (a reader fills a missing column blank, never 0): in-context times.
+  ``ops.csv`` holds each (device, batch)'s few whole-model calls traced with the framework's profiler
+  (``OPS_COLUMNS``: each call's span, each op with the framework op paths it runs); summary.csv gains
+  ``in_model_s`` (a measured layer's seconds inside one traced whole-model call: the same meaning as
+  predictions.csv's, measured here), ``model_share``, ``in_model_shared_s`` (the part of it from kernels
+  shared with other layers) and ``in_model_note`` (why it differs from ``median_s``); model.csv gains
+  ``in_model_s`` (the traced call's span), ``model_share`` (1), ``unowned_s`` (the framework's own time in it)
+  and ``traced_calls``. All are derived from ops.csv when a profile is read (tbs.measure.in_context).
 """
 
 from __future__ import annotations
@@ -193,7 +201,7 @@ SUMMARY_COLUMNS = [
     "reason", "n", "iterations", "median_s", "p25_s", "p75_s", "ci_low_s", "ci_high_s",
     "per_sample_s", "usd_per_hour", "cost_per_sample_usd", "first_call_s", "host",
     "phases", *PHASE_COLUMNS, *TRAINING_MEMORY_COLUMNS, "grad_inputs", "in_step", "shared_with", "activation_bytes",
-    *COST_COLUMNS, *ROOFLINE_COLUMNS,
+    *COST_COLUMNS, *ROOFLINE_COLUMNS, "in_model_s", "model_share", "in_model_shared_s", "in_model_note",
 ]
 MODEL_COLUMNS = [
     "device", "device_kind", "batch_size", "mode", "status", "reason", "n", "iterations",
@@ -201,7 +209,11 @@ MODEL_COLUMNS = [
     "layers_sum_per_sample_s", "layers_measured", "overlapped_s", "dispatch_overhead_s", "input_copy_s",
     "input_bytes", "first_call_s", "usd_per_hour", "cost_per_sample_usd", "host", *COST_COLUMNS,
     "argument_bytes", "output_bytes", "memory_bytes", "peak_bytes", *ROOFLINE_COLUMNS,
+    "in_model_s", "model_share", "unowned_s", "traced_calls",
 ]
+# A few whole-model calls per (device, batch) traced with the framework's profiler (kind "call": a call's span,
+# first op to last; kind "op": one op, ``parts`` = JSON [[framework op path, work], ...], what it runs).
+OPS_COLUMNS = ["device", "batch_size", "mode", "kind", "call", "name", "start_s", "duration_s", "parts", "tool"]
 TRANSFER_COLUMNS = ["src", "dst", "bytes", "sample", "seconds"]
 SAMPLE_COLUMNS = [
     "target", "layer", "device", "batch_size", "mode", "sample", "iterations", "raw_seconds",
@@ -216,8 +228,9 @@ TEXT, COUNT, SECONDS, AMOUNT, FLAG = "text", "count", "seconds", "amount", "flag
 _SECONDS = ["median_s", "p25_s", "p75_s", "ci_low_s", "ci_high_s", "per_sample_s", "first_call_s", *PHASE_COLUMNS,
             "layers_sum_s", "layers_sum_per_sample_s", "overlapped_s", "dispatch_overhead_s", "input_copy_s",
             "raw_seconds",
-            "harness_call_s", "harness_iteration_s", "seconds_per_call", "seconds", "low_s", "high_s", "roofline_s", "in_model_s"]
-_COUNTS = ["batch_size", "n", "iterations", "sample", "layers_measured"]
+            "harness_call_s", "harness_iteration_s", "seconds_per_call", "seconds", "low_s", "high_s", "roofline_s", "in_model_s",
+            "in_model_shared_s", "unowned_s", "start_s", "duration_s"]
+_COUNTS = ["batch_size", "n", "iterations", "sample", "layers_measured", "traced_calls", "call"]
 _AMOUNTS = ["usd_per_hour", "cost_per_sample_usd", *TRAINING_MEMORY_COLUMNS, "activation_bytes", "input_bytes",
             "bytes", *[c for c in COST_COLUMNS if c != "cost_source"], "argument_bytes", "output_bytes",
             "memory_bytes", "peak_bytes", *[c for c in ROOFLINE_COLUMNS if c not in ("bound", "roofline_s")],
@@ -228,6 +241,7 @@ COLUMN_KINDS: dict[str, str] = {**{c: SECONDS for c in _SECONDS}, **{c: COUNT fo
 COLUMN_VALUES: dict[str, tuple[str, ...]] = {
     "status": tuple(s.value for s in Status), "mode": ("inference", "training"), "target": ("layer", "model"),
     "phase": tuple(p.value for p in Phase), "bound": ("compute", "memory", "overhead"), "source": (PREDICTED,),
+    "kind": ("call", "op"),
 }
 # Per file, the columns a row cannot do without (what names its cell).
 REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -237,6 +251,7 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "transfers": ("src", "dst", "bytes", "seconds"),
     "analysis": ("target", "layer", "device", "batch_size", "mode"),
     "predictions": ("layer", "device", "batch_size", "mode", "source"),
+    "ops": ("device", "batch_size", "mode", "kind", "call", "start_s", "duration_s"),
 }
 # Settings that change what a number means: a resumed profile must match them. (Merging
 # profiles from several machines checks the mode and, on one backend, XLA: profiles/merge.py.)
@@ -379,6 +394,8 @@ class Metadata:
     xla: bool | None = None
     backend: str | None = None
     dedupe: bool | None = None  # identical layer calls measured once (shared_with names the row)
+    # device@batch -> how its whole-model calls were traced (tool, calls, seconds it took) or why not (reason)
+    in_context: dict[str, dict[str, Any]] = field(default_factory=dict)
     command: list[str] = field(default_factory=list)
     started: str | None = None
     finished: str | None = None

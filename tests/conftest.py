@@ -58,11 +58,12 @@ def jax_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     it wrote what. Skipped without JAX."""
     pytest.importorskip("jax", reason="JAX is not installed (pip install 'tbs[jax]')")
     import jax_process
-    from keras_models import _pickle, branchy_model, mlp_model, text_model
+    from keras_models import _pickle, branchy_model, fusion_model, mlp_model, text_model
 
     root = tmp_path_factory.mktemp("jax")
     paths = {"mlp": _pickle(mlp_model(), root / "mlp.pkl"), "text": _pickle(text_model(), root / "text.pkl"),
              "branchy": _pickle(branchy_model(), root / "branchy.pkl"), "mlp_jax": root / "mlp_jax",
+             "fusion": _pickle(fusion_model(), root / "fusion.pkl"), "fusion_jax": root / "fusion_jax",
              "text_jax": root / "text_jax", "training_out": root / "p"}
     commands = [
         # JAX's analysis: the training profile below and test_analysis.py; each Dense measured on its
@@ -73,6 +74,9 @@ def jax_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
         ["profile", str(paths["text"]), "--backend", "jax", "--batch", "4", "--devices", "cpu:0", "--out",
          str(paths["text_jax"]), *FAST],
         ["recommend", str(paths["mlp_jax"]), "--objective", "time", "--verify"],
+        # In-context attribution on JAX (tests/test_in_context.py): a model whose XLA fusions are known.
+        ["profile", str(paths["fusion"]), "--backend", "jax", "--batch", "4", "--devices", "cpu:0", "--out",
+         str(paths["fusion_jax"]), *FAST],
     ]
     runs, training = jax_process.run({"commands": commands, "branchy": str(paths["branchy"]),
                                       "training_out": str(paths["training_out"])}, ROOT)

@@ -31,6 +31,17 @@ def mlp_model() -> keras.Model:
     return keras.Model(inputs, layers.Dense(10, name="head")(x), name="mlp")
 
 
+def fusion_model() -> keras.Model:
+    """Layers a compiled model fuses: Conv + BatchNorm + ReLU (one XLA loop fusion of the conv's bias, the
+    normalisation and the ReLU) and Dense + Activation (its bias and ReLU: XLA's loop fusion, Grappler's
+    _FusedMatMul), then a Dropout that leaves no kernel in inference."""
+    return keras.Sequential([keras.Input((12, 12, 3)), layers.Conv2D(8, 3, name="conv"),
+                             layers.BatchNormalization(name="bn"), layers.ReLU(name="relu"),
+                             layers.GlobalAveragePooling2D(name="pool"), layers.Dense(16, name="dense"),
+                             layers.Activation("relu", name="act"), layers.Dropout(0.5, name="drop"),
+                             layers.Dense(4, name="out")], name="fusion")
+
+
 def branchy_model() -> keras.Model:
     """Two inputs, a nested Sequential, a branch and merge, two outputs."""
     augment = keras.Sequential([layers.RandomFlip("horizontal", name="random_flip"), layers.Rescaling(1.0 / 255, name="rescaling")], name="augment")

@@ -75,6 +75,31 @@ class ProgramCost:
     kernels: str | None = None
 
 
+@dataclass
+class TracedOp:
+    """One op (an XLA kernel or thunk, a TensorFlow op) of a traced whole-model call, as the framework's profiler saw it.
+
+    ``parts`` say whose work it is: each framework op path it runs (an XLA fusion runs several, each
+    carrying the Keras layer's name scope in its ``op_name``) with its weight, the FLOPs it
+    does (one per output element where it is elementwise): what a fused kernel's time is split by.
+    """
+
+    call: int  # which traced call (0, 1, ...)
+    name: str  # the kernel or op as the profiler names it
+    start_s: float  # from the start of the trace
+    duration_s: float
+    parts: list[tuple[str, float]]  # (framework op path, weight); empty where the op names no path
+
+
+@dataclass
+class TracedCalls:
+    """A few whole-model calls traced with the framework's own profiler, after the model's timed samples."""
+
+    calls: list[tuple[float, float]]  # each call's (start_s, duration_s): its first op's start to its last op's end
+    ops: list[TracedOp]
+    tool: str  # which profiler: "jax.profiler (XLA:CPU thunks)", "tf.profiler (TensorFlow ops)"
+
+
 # Square matmul side and streamed bytes per device kind: long enough to reach the ceiling, short to time.
 CALIBRATION_MATMUL_N = {"cpu": 1024, "gpu": 8192, "tpu": 8192}
 CALIBRATION_STREAM_BYTES = {"cpu": 256 * 2**20, "gpu": 2 * 2**30, "tpu": 2 * 2**30}
@@ -238,6 +263,13 @@ class Device(ABC):
         A compiled program frees each intermediate once its last reader has run and computes only
         what its outputs need, where an eager pass of a Functional model keeps every activation.
         """
+        return None
+
+    def trace_calls(self, call: Callable[..., Any], tensors: list[Any], xla: bool, variables: Sequence[Any] = (),
+                    calls: int = 3) -> TracedCalls | None:
+        """``call(*tensors)`` compiled as one program, warmed up, then ``calls`` calls traced with the framework's
+        profiler: each op with the framework op paths (Keras name scopes) it runs. None where this backend
+        cannot trace (then a profile has no in-context times)."""
         return None
 
     def trace(self, call: Callable[..., Any], tensors: list[Any], variables: Sequence[Any] = ()) -> bool:

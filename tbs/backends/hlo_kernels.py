@@ -209,3 +209,45 @@ def _kernels(computation: str, computations: dict[str, list[dict[str, Any]]], re
 def dumps(kernels: list[dict[str, Any]]) -> str:
     """The kernels as compact JSON (one cell of analysis.csv)."""
     return json.dumps(kernels, separators=(",", ":"))
+
+
+def _work(instruction: dict[str, Any], shapes: dict[str, str]) -> float:
+    """What one instruction computes, as a weight: a convolution's or dot's FLOPs, else its output's elements."""
+    if instruction["opcode"] == "convolution":
+        return _convolution(instruction, shapes)["flops"]
+    if instruction["opcode"] == "dot":
+        return _dot(instruction, shapes)["flops"]
+    return float(sum(math.prod(int(d) for d in dims.split(",") if d) for _, dims in _SHAPE.findall(instruction["shape"])))
+
+
+def instruction_parts(text: str) -> dict[str, list[tuple[str, float]]]:
+    """Every instruction of an optimised HLO module (each one a kernel or thunk a profiler may name), with the
+    framework ops it runs: ``(op_name, work)`` for each instruction inside a fusion (its ``op_name`` carries the
+    Keras layer's name scope; work as ``_work``), or its own ``op_name`` where it is not a fusion.
+
+    A fusion's parts are what a profiler's one event for it is split by (in-context attribution).
+    """
+    computations, _ = parse_module(text)
+
+    def parts(computation: str, seen: frozenset[str]) -> list[tuple[str, float]]:
+        body = computations.get(computation, [])
+        shapes = {i["name"]: i["shape"] for i in body}
+        out: list[tuple[str, float]] = []
+        for instruction in body:
+            called = _CALLS.findall(instruction["attrs"]) if instruction["opcode"] == "fusion" else []
+            for inner in called:
+                if inner not in seen:
+                    out += parts(inner, seen | {inner})
+            if not called and instruction["opcode"] not in FREE:
+                out.append((_op_name(instruction["attrs"]), _work(instruction, shapes)))
+        return out
+
+    found: dict[str, list[tuple[str, float]]] = {}
+    for computation, body in computations.items():
+        shapes = {i["name"]: i["shape"] for i in body}
+        for instruction in body:
+            called = _CALLS.findall(instruction["attrs"]) if instruction["opcode"] == "fusion" else []
+            inside = [p for inner in called for p in parts(inner, frozenset({inner}))]
+            own = (_op_name(instruction["attrs"]), _work(instruction, shapes) or 1.0)
+            found[instruction["name"]] = inside or [own]
+    return found

@@ -95,6 +95,8 @@ def _training(training: bool, loss: str | None, optimizer: str | None) -> Traini
                                                   "calibration (faster on big models; no roofline, no tbs predict).")
 @click.option("--no-dedupe", is_flag=True, help="Measure every layer call on its own (default: identical calls, "
                                                 "same type, config and shapes, are measured once and share that row).")
+@click.option("--no-in-context", is_flag=True, help="Skip tracing a few whole-model calls with the framework's "
+                                                    "profiler after their samples (each layer's in-model time).")
 @click.option("--capacity", is_flag=True, help="After timing, find each device's largest batch that fits by real "
                                                "calls that double while the measured peak allows (uses most of its memory).")
 def profile(model_path: Path, out_dir: Path | None, min_samples: int, target_ci: float, max_cell_seconds: float,
@@ -103,7 +105,7 @@ def profile(model_path: Path, out_dir: Path | None, min_samples: int, target_ci:
     timing = TimingConfig(min_samples=min_samples, target_ci=target_ci, cell_budget_seconds=max_cell_seconds,
                           min_block_seconds=min_block_ms / 1000.0, min_span_seconds=min_span_seconds)
     measure = MeasureConfig(xla=options["xla"], analysis=not options["no_analysis"], dedupe=not options["no_dedupe"],
-                            capacity=options["capacity"], seed=options["seed"])
+                            capacity=options["capacity"], seed=options["seed"], in_context=not options["no_in_context"])
     directory = out_dir or Path("profiles") / model_path.stem
     try:
         result = api.profile(
@@ -138,10 +140,11 @@ def _interrupted(directory: Path) -> None:
               help="CSV or YAML price list (device, price, source, date).")
 @dataset_size_options("Also show the cost of a workload of N samples (in training: one epoch).")
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="Write the HTML report here (self-contained).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "csv", "predicted"]), default="text",
+              help="Write the HTML report here (self-contained); with --format trace, the trace.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "csv", "predicted", "trace"]), default="text",
               show_default=True, help="Terminal output when no -o is given (predicted: tbs predict's per-layer "
-                                      "table of predicted devices).")
+                                      "table of predicted devices; trace: a Chrome/Perfetto trace-event JSON of the "
+                                      "in-context calls op by op under their layers, and of the isolated cells).")
 @click.option("--top", type=click.IntRange(min=1), default=None,
               help=f"Show the N heaviest layers (or groups), the rest folded into one line. [default: {DEFAULT_TOP}]")
 @click.option("--all", "every_layer", is_flag=True, help="Show every layer, in model order (no fold).")
@@ -157,19 +160,27 @@ def report(directories: tuple[Path, ...], prices: dict[str, float] | None, spot:
     shown = None if every_layer else top or DEFAULT_TOP
     dataset_size = pick_dataset_size(dataset_size, old_samples)
     result, other = api.load_modes(*directories, prices=prices, spot=spot, price_file=price_file)
-    if output is None:
+    if output is None or fmt == "trace":
         text = api.render(result, fmt, dataset_size=dataset_size, other_mode=other, top=shown, group=group)
-        click.echo(text.rstrip("\n") if fmt == "csv" else text)
+        if output is None:
+            click.echo(text.rstrip("\n") if fmt == "csv" else text)
+            return
+        _write(output, text)
+        click.echo(f"Trace written to {output} (open it in https://ui.perfetto.dev or chrome://tracing)")
         return
     page = api.render(result, "html", recommendation=api.placement_for_report(result), dataset_size=dataset_size,
                       other_mode=other, top=shown,
                       other_mode_recommendation=None if other is None else api.placement_for_report(other))
+    _write(output, page)
+    click.echo(f"Report written to {output}")
+
+
+def _write(output: Path, text: str) -> None:
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StorageError(output.parent, exc, "choose another -o") from None
-    write_text_atomic(output, page, "choose another -o")
-    click.echo(f"Report written to {output}")
+    write_text_atomic(output, text, "choose another -o")
 
 
 @cli.command()

@@ -22,7 +22,7 @@ from tbs.schema import CellKey, Metadata, ProfileStatus
 if TYPE_CHECKING:
     from tbs.run import RunOptions
 
-PER_GROUP = ("calibration", "capacity", "harness_overhead")
+PER_GROUP = ("calibration", "capacity", "harness_overhead", "in_context")
 
 
 def _label(group: str, device: str) -> str:
@@ -47,12 +47,14 @@ class Collector:
         self.left[group] = float(remaining_seconds)
         self.progress.advance(f"{group}: {label}", max(self.left.values()))
 
-    def cell(self, group: str, key: tuple, row: dict[str, Any], samples: list[dict], analysis: list[dict]) -> None:
+    def cell(self, group: str, key: tuple, row: dict[str, Any], samples: list[dict], analysis: list[dict],
+             ops: list[dict] = ()) -> None:
         local = CellKey(*key)
         self.received.setdefault(group, []).append(tuple(local))
         label = _label(group, local.device)
         self.store.add_cell(local._replace(device=label), dict(row, device=label, host=group),
-                            [dict(s, device=label) for s in samples], [dict(a, device=label) for a in analysis])
+                            [dict(s, device=label) for s in samples], [dict(a, device=label) for a in analysis],
+                            [dict(o, device=label) for o in ops])
 
     def metadata(self, group: str, node_metadata: dict[str, Any]) -> None:
         """A node's metadata merged into the cluster profile's: its devices, fits and environment named by group."""

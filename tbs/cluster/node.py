@@ -32,9 +32,9 @@ class StreamingStore(ProfileStore):
         return key in self.already or super().is_done(key)
 
     def add_cell(self, key: CellKey, row: dict[str, Any], samples: list[dict[str, Any]],
-                 analysis: list[dict[str, Any]] = ()) -> None:
-        super().add_cell(key, row, samples, analysis)
-        self.queue.put(("cell", self.group, tuple(key), row, samples, list(analysis)))
+                 analysis: list[dict[str, Any]] = (), ops: list[dict[str, Any]] = ()) -> None:
+        super().add_cell(key, row, samples, analysis, ops)
+        self.queue.put(("cell", self.group, tuple(key), row, samples, list(analysis), list(ops)))
 
     def add_transfers(self, rows: list[dict[str, Any]]) -> None:
         super().add_transfers(rows)

@@ -35,6 +35,8 @@ class MeasureConfig:
     measures every layer call on its own instead of once per identical call (same type,
     configuration, shapes, device). ``capacity=True`` confirms each device's largest batch
     by real calls. ``xla=True`` compiles TensorFlow with XLA. ``seed`` makes the synthetic inputs.
+    ``in_context=False`` skips tracing a few whole-model calls with the framework's profiler after their
+    samples (each layer's in-model time, ops.csv and ``tbs report --format trace``).
     """
 
     xla: bool = False
@@ -42,12 +44,14 @@ class MeasureConfig:
     dedupe: bool = True
     capacity: bool = False
     seed: int = 0
+    in_context: bool = True
 
     def __post_init__(self) -> None:
         _flag("xla", self.xla, "--xla")
         _flag("analysis", self.analysis, "--no-analysis")
         _flag("dedupe", self.dedupe, "--no-dedupe")
         _flag("capacity", self.capacity, "--capacity")
+        _flag("in_context", self.in_context, "--no-in-context")
         if isinstance(self.seed, (bool, np.bool_)) or not isinstance(self.seed, (int, np.integer)):
             raise TbsError(f"seed={self.seed!r}: give a whole number (--seed)")
 

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from tbs.backends.base import Device, ProgramCost
 from tbs.capture.recorder import Capture, LayerCall
-from tbs.measure import rows
+from tbs.measure import in_context, rows
 from tbs.measure.dedupe import call_signature
 from tbs.measure.timing import Measurement, Runner
 from tbs.schema import Phase
@@ -76,5 +76,11 @@ class InferenceCells:
                 row["overlapped_s"] = parts[OVERLAPPED].summary(self.confidence).median_s
             return row
 
+        def trace() -> list[dict[str, Any]] | None:
+            traced = self.device.trace_calls(forward, self.tensors_fn(inputs), self.xla, model.variables,
+                                             in_context.CALLS)
+            return None if traced is None else in_context.op_rows(traced, base)
+
         return rows.Cell(label, base, (inputs, self.cap.outputs), programs, build, target="model",
-                         single_calls=rows.SINGLE_CALLS, analyse=analyse, several_calls_only=(OVERLAPPED,))
+                         single_calls=rows.SINGLE_CALLS, analyse=analyse, several_calls_only=(OVERLAPPED,),
+                         trace=trace)

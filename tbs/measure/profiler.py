@@ -64,17 +64,41 @@ class Profiler(InParts):
             self.followers.setdefault(representative, []).append((duplicate, pending.pop(duplicate).base))
             self.eta.finished(duplicate)  # nothing of its own to measure
 
-    def _save(self, key: tuple, row: dict[str, Any], samples: list[dict[str, Any]], label: str) -> None:
+    def _trace(self, key: tuple, cell: Cell) -> list[dict[str, Any]]:
+        """The whole model's few traced calls (after its samples, never among them), as ops.csv rows.
+
+        A trace that fails or that the backend cannot take leaves the cell measured, with the reason in
+        the metadata's ``in_context``; its layers' in-model columns stay blank.
+        """
+        if cell.trace is None or not self.request.in_context:
+            return []
+        where = f"{key.device}@{key.batch_size}"
+        self.progress.describe(f"tracing {cell.label} in context")
+        started = self.timer.clock()
+        try:
+            found = cell.trace()
+        except Exception as exc:  # the cell is measured all the same
+            found, reason = None, rows.reason(exc)
+        else:
+            reason = "" if found else "this backend's profiler names no op of the compiled model here"
+        seconds = self.timer.clock() - started
+        record = ({"tool": found[0]["tool"], "calls": sum(r["kind"] == "call" for r in found), "seconds": seconds}
+                  if found else {"reason": reason, "seconds": seconds})
+        self.store.metadata.setdefault("in_context", {})[where] = record
+        return found or []
+
+    def _save(self, key: tuple, row: dict[str, Any], samples: list[dict[str, Any]], label: str,
+              ops: list[dict[str, Any]] = ()) -> None:
         """Write a finished cell (with its programs' analysis) to disk, then update the estimate of what is left.
 
         Cells that share its programs (``dedupe``) get its row under their own names, with ``shared_with``.
         """
         for duplicate, base in self.followers.pop(key, []):
             self._save_one(duplicate, shared_row(row, base, key.layer), [], label, costs=self.costs.get(key))
-        self._save_one(key, row, samples, label)
+        self._save_one(key, row, samples, label, ops=ops)
 
     def _save_one(self, key: tuple, row: dict[str, Any], samples: list[dict[str, Any]], label: str,
-                  costs: dict[str, Any] | None = None) -> None:
+                  costs: dict[str, Any] | None = None, ops: list[dict[str, Any]] = ()) -> None:
         costs = costs if costs is not None else self.costs.pop(key, None)
         if costs:
             row = dict(row, **analysis.row_columns(costs, key.target == "model"))
@@ -86,7 +110,7 @@ class Profiler(InParts):
                 row["peak_bytes"] = None
         shared = "shared_with" in row  # the representative's programs: analysed once, under its name
         self.store.add_cell(key, self.request.price_row(row), samples,
-                            analysis.analysis_rows(key, costs) if costs and not shared else [])
+                            analysis.analysis_rows(key, costs) if costs and not shared else [], ops=list(ops))
         self.saved.append((key, row))
         self.eta.finished(key, row.get("median_s"), row.get("n"))
         self.progress.advance(label, self.eta.remaining_seconds)
@@ -351,9 +375,14 @@ class Profiler(InParts):
 
     def _sample(self, sampler: Interleaved, pending: dict[tuple, Cell], phases: dict[tuple, int],
                 device: Device, batch: int) -> None:
-        """Sample every program in rounds; a cell is saved once all its phases are measured."""
+        """Sample every program in rounds; a cell is saved once all its phases are measured.
+
+        A whole model traced in context is saved once every cell of the group is sampled: its trace
+        (another compile, the profiler) then runs beside no other cell's samples.
+        """
         parts: dict[tuple, dict[str, Measurement]] = {key: {} for key in pending}
         total = len(pending)
+        traced_later: list[tuple[tuple, Cell, dict[str, Any], list[dict[str, Any]]]] = []
 
         def done(sub: tuple, m: Measurement) -> None:
             key, phase = sub
@@ -364,7 +393,11 @@ class Profiler(InParts):
                 cell, measured = pending[key], parts.pop(key)
                 samples = [s for p, pm in measured.items()
                            for s in rows.sample_rows(cell.target, key[1], pm, cell.base, p)]
-                self._save(key, cell.build(measured), samples, cell.label)
+                row = cell.build(measured)
+                if cell.trace is not None and self.request.in_context and row.get("status") in MEASURED:
+                    traced_later.append((key, cell, row, samples))
+                else:
+                    self._save(key, row, samples, cell.label)
 
         def failed(sub: tuple, exc: BaseException) -> None:
             key, phase = sub
@@ -380,4 +413,10 @@ class Profiler(InParts):
                                   self.eta.remaining_seconds)
 
         self.progress.describe(f"sampling {total} cells on {device.name} @ batch {batch}")
-        sampler.run(on_done=done, on_error=failed, on_round=round_done)
+        finished = False
+        try:
+            sampler.run(on_done=done, on_error=failed, on_round=round_done)
+            finished = True
+        finally:  # stopped (Ctrl-C): what was measured is saved, untraced
+            for key, cell, row, samples in traced_later:
+                self._save(key, row, samples, cell.label, ops=self._trace(key, cell) if finished else [])

@@ -38,7 +38,7 @@ class CellSink(Protocol):
     def is_done(self, key: CellKey) -> bool: ...
 
     def add_cell(self, key: CellKey, row: dict[str, Any], samples: list[dict[str, Any]],
-                 analysis: list[dict[str, Any]] = ...) -> None: ...
+                 analysis: list[dict[str, Any]] = ..., ops: list[dict[str, Any]] = ...) -> None: ...
 
     def add_transfers(self, rows: list[dict[str, Any]]) -> None: ...
 
@@ -76,6 +76,7 @@ class ProfileRequest:
     capacity: bool = False  # after timing, search each device's largest batch that fits by real calls
     analysis: bool = True  # analyse every program (FLOPs, bytes, memory) and calibrate every device
     dedupe: bool = True  # identical layer calls (same programs) measured once, the others sharing its row
+    in_context: bool = True  # trace a few whole-model calls after their samples: each layer's in-model time
     # Adds a row's price and cost per sample (the cost stage's; measuring never turns seconds into dollars).
     price_row: Callable[[dict[str, Any]], dict[str, Any]] = _unpriced
     # How the eager pass is recorded and a call's tensors are found and put back: Keras's by

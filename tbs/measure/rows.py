@@ -41,6 +41,8 @@ class Cell:
     # Phases timed only where a sample of the first program holds several calls: calls back to
     # back (``overlapped``) have nothing to overlap when one call already fills a sample.
     several_calls_only: tuple[str, ...] = ()
+    # Traced after its samples (never among them): ops.csv rows (the whole model's in-context calls), or None.
+    trace: Callable[[], list[dict[str, Any]] | None] | None = None
 
 
 def reason(exc: BaseException) -> str:

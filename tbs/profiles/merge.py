@@ -171,7 +171,7 @@ def merge_profiles(profiles: list[Profile]) -> Profile:
         return f"{name} ({short(p.backend)})" if len(backends) > 1 else name
 
     frames: dict[str, list[pd.DataFrame]] = {"summary": [], "model": [], "samples": [], "analysis": [],
-                                             "predictions": []}
+                                             "predictions": [], "ops": []}
     devices, missing, environments = [], {}, []
     per_device: dict[str, dict[str, Any]] = {"calibration": {}, "capacity": {}}
     for p in profiles:

@@ -21,12 +21,13 @@ from tbs.profiles.csvfiles import read_table
 from tbs.profiles.files import set_aside, write_csv_atomic, write_json_atomic
 from tbs.profiles.metadata import check_metadata
 from tbs.profiles.roofline import with_roofline
-from tbs.schema import (ANALYSIS_COLUMNS, DEFAULT_BACKEND, FORMAT_VERSION, MODEL_COLUMNS, PREDICTION_COLUMNS,
+from tbs.measure.in_context import with_in_model
+from tbs.schema import (ANALYSIS_COLUMNS, DEFAULT_BACKEND, FORMAT_VERSION, MODEL_COLUMNS, OPS_COLUMNS, PREDICTION_COLUMNS,
                         READABLE_VERSIONS, SAMPLE_COLUMNS, SUMMARY_COLUMNS, TRANSFER_COLUMNS, LayerRecord,
                         Metadata, ProfileStatus, check_declared, current_graph)
 
 FILES = {"summary": SUMMARY_COLUMNS, "model": MODEL_COLUMNS, "samples": SAMPLE_COLUMNS, "transfers": TRANSFER_COLUMNS,
-         "analysis": ANALYSIS_COLUMNS, "predictions": PREDICTION_COLUMNS}
+         "analysis": ANALYSIS_COLUMNS, "predictions": PREDICTION_COLUMNS, "ops": OPS_COLUMNS}
 PROFILE_FILE_NAMES = [*(f"{name}.csv" for name in FILES), "metadata.json"]
 
 
@@ -49,6 +50,7 @@ class Profile:
     transfers: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=TRANSFER_COLUMNS))
     analysis: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=ANALYSIS_COLUMNS))
     predictions: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PREDICTION_COLUMNS))
+    ops: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=OPS_COLUMNS))
 
     @property
     def complete(self) -> bool:
@@ -200,6 +202,8 @@ def load_profile(directory: str | os.PathLike[str]) -> Profile:
     calibration, lookups = meta.calibration, _lookup_layers(meta)
     frames["summary"] = with_roofline(frames["summary"], calibration, lookups)[[c for c in SUMMARY_COLUMNS]]
     frames["model"] = with_roofline(frames["model"], calibration)[[c for c in MODEL_COLUMNS]]
+    frames["summary"], frames["model"] = with_in_model(frames["summary"], frames["model"], frames["ops"],
+                                                       [str(e["name"]) for e in meta.layers if isinstance(e, dict) and e.get("name")])
     return Profile(directory=directory, metadata=metadata, **frames)
 
 

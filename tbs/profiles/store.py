@@ -8,6 +8,7 @@ measured; ``metadata.json`` says whether the profile is complete. Files:
 - ``model.csv``    one row per device x batch size: the whole model's compiled forward pass,
                    its fixed costs, and the sum of its layers' medians
 - ``transfers.csv`` copy-cost samples between devices
+- ``ops.csv``      a few whole-model calls per device x batch traced with the framework's profiler, op by op
 - ``metadata.json`` model, layers, layer graph, host, devices, versions, settings, status
 
 One process at a time measures into a directory: ``ProfileStore.lock`` holds an
@@ -218,6 +219,10 @@ class ProfileStore:
                 for r in old.samples.itertuples(index=False)
             ]
             write_csv_atomic(old.samples[keep], self.paths["samples"], self.fix)
+        if len(old.ops):  # traced calls of a whole-model cell whose row never landed: traced again with it
+            keep = [CellKey.of("model", MODEL_LAYER, r.device, r.batch_size, r.mode) in self._done
+                    for r in old.ops.itertuples(index=False)]
+            write_csv_atomic(old.ops[keep], self.paths["ops"], self.fix)
 
     def is_done(self, key: CellKey) -> bool:
         """Whether the cell already has its row (from this run or the one resumed): skip it."""
@@ -229,10 +234,11 @@ class ProfileStore:
             append_rows(frame, self.paths[name], self.fix)
 
     def add_cell(self, key: CellKey, row: dict[str, Any], samples: list[dict[str, Any]],
-                 analysis: list[dict[str, Any]] = ()) -> None:
-        """Write one finished cell: its samples and analysis first, then its summary row (which marks it done)."""
+                 analysis: list[dict[str, Any]] = (), ops: list[dict[str, Any]] = ()) -> None:
+        """Write one finished cell: its samples, analysis and traced ops first, then its summary row (which marks it done)."""
         self._append("samples", samples, FILES["samples"])
         self._append("analysis", analysis, FILES["analysis"])
+        self._append("ops", ops, FILES["ops"])
         if key.target == "model":
             self._append("model", [row], FILES["model"])
         else:

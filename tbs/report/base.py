@@ -10,11 +10,11 @@ from tbs.errors import TbsError
 from tbs.place.recommend import Recommendation
 from tbs.profiles.profile import Profile
 from tbs.report import modes
-from tbs.report import console, html, json, predicted_text
+from tbs.report import console, html, json, predicted_text, trace
 from tbs.report.groups import DEFAULT_TOP, GROUPINGS
 from tbs.units import is_number
 
-FORMATS = ("text", "html", "json", "csv", "predicted")
+FORMATS = ("text", "html", "json", "csv", "predicted", "trace")
 
 
 def render(profile: Profile | None, fmt: str = "text", recommendation: Recommendation | str | None = None,
@@ -22,7 +22,9 @@ def render(profile: Profile | None, fmt: str = "text", recommendation: Recommend
            other_mode_recommendation: Recommendation | str | None = None, top: int | None = DEFAULT_TOP,
            group: str | None = None) -> str:
     """``fmt`` is text (console tables), html (the self-contained report), json or csv (the per-layer rows),
-    or predicted (each layer's predicted devices beside the measured one it was scaled from, as text).
+    or predicted (each layer's predicted devices beside the measured one it was scaled from, as text),
+    or trace (a Chrome/Perfetto trace-event JSON: the traced whole-model calls op by op under their layers,
+    and the isolated cells end to end).
 
     ``recommendation`` adds the placement (a str says why there is none); ``dataset_size``
     adds the cost of a workload of that many samples (in training: of one epoch); by default
@@ -48,8 +50,8 @@ def render(profile: Profile | None, fmt: str = "text", recommendation: Recommend
         recorded = profile.meta.samples
         dataset_size = int(recorded) if is_number(recorded) and float(recorded) >= 1 else None
     if other_mode is not None:
-        if fmt == "predicted":
-            raise TbsError("format 'predicted' shows one profile's predictions: drop the comparison")
+        if fmt in ("predicted", "trace"):
+            raise TbsError(f"format '{fmt}' shows one profile: drop the comparison")
         pair = modes.pair(profile, other_mode, recommendation, other_mode_recommendation)
         return {"html": lambda: modes.render_html(pair, dataset_size), "json": lambda: modes.render_json(pair),
                 "csv": lambda: modes.render_csv(pair), "text": lambda: modes.render_text(pair, dataset_size)
@@ -62,5 +64,7 @@ def render(profile: Profile | None, fmt: str = "text", recommendation: Recommend
         return profile.summary.to_csv(index=False)
     if fmt == "predicted":
         return predicted_text.render(profile)
+    if fmt == "trace":
+        return trace.render(profile)
     text = console.render(profile, dataset_size, top, group)
     return text if rec is None else f"{text}\n\n{console.recommendation_text(rec)}"

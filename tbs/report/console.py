@@ -23,6 +23,9 @@ def _cell_text(row: pd.Series, fastest: str, cheapest: str, priced: bool) -> str
     if priced:
         cost = row["cost_per_sample_usd"]
         text += f" {format_usd(cost * PER_MILLION) if is_number(cost) else 'no price'}"
+    in_model = row.get("in_model_s")
+    if is_number(in_model):
+        text += f" (in model {format_seconds(in_model / row['batch_size'])})"
     marks = fastest + cheapest
     if row["status"] != Status.OK:
         marks += f" [{row['status']}]"
@@ -160,7 +163,18 @@ def _whole_model_lines(model: pd.DataFrame, whole: str) -> list[str]:
             )
         else:
             lines.append(f"{m['device']}: {whole} {m.get('status')}: {m.get('reason')}")
+        if is_number(m.get("in_model_s")):
+            lines.append(in_context_line(m))
     return lines
+
+
+def in_context_line(model_row: pd.Series) -> str:
+    """The traced whole call: its span, what the layers own of it, and the framework's own time."""
+    whole, unowned = model_row["in_model_s"], model_row.get("unowned_s")
+    own = f"{format_seconds(unowned)} ({unowned / whole:.1%})" if is_number(unowned) and whole > 0 else "-"
+    return (f"{model_row['device']}: in context ({int(model_row['traced_calls'])} traced calls): one call "
+            f"{format_seconds(whole)} = Σ layers in model {format_seconds(whole - (unowned or 0.0))} + the "
+            f"framework's own {own}")
 
 
 def overlap_note(model_row: pd.Series) -> str:

@@ -17,6 +17,7 @@ from plotly.offline import get_plotlyjs
 from tbs.place.recommend import Recommendation
 from tbs.profiles.profile import Profile
 from tbs.report import roofline, training_view as training
+from tbs.report.in_context_view import has_in_context, section_in_context
 from tbs.report.memory import section_memory
 from tbs.report.predicted import section_predicted
 from tbs.report.records import section_cells, section_environment, section_not_measured
@@ -300,6 +301,7 @@ REGISTRY: list[Section] = [
     Section("memory", "Memory", training.section_training_memory, _training),
     Section("where", "Where the time goes", section_where),
     Section("every-layer", "Every layer", section_layer_table),
+    Section("in-context", "In context", section_in_context, has_in_context),
     Section("relative", "Against the best", section_relative),
     Section("layers", "Spread (log)", section_per_batch),
     Section("scaling", "Batch size", section_batch_scaling),

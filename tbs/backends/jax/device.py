@@ -23,7 +23,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tbs.backends.base import CalibrationProgram, Device, PlacedStep, ProgramCost, Runner, Source, TrainingPrograms
+from tbs.backends.base import (CalibrationProgram, Device, PlacedStep, ProgramCost, Runner, Source, TracedCalls,
+                               TrainingPrograms)
 from tbs.backends.jax.capture import host_strings_accepted
 from tbs.backends.jax.environment import jax as _jax
 from tbs.backends.tensors import is_host_strings, iter_tensors, replace_tensors
@@ -144,6 +145,16 @@ class JaxDevice(Device):
             jax.block_until_ready(compiled(np.int32(n), values, tensors))
 
         return runner
+
+    def trace_calls(self, call: Callable[..., Any], tensors: list[Any], xla: bool, variables: Sequence[Any] = (),
+                    calls: int = 3) -> TracedCalls | None:
+        """One ``jax.jit`` of the call (weights as arguments), its XLA kernels traced by ``jax.profiler``."""
+        from tbs.backends.jax import trace
+
+        variables = list(variables)
+        pure = _stateless(lambda *t: _arrays(call(*t)), variables)
+        placed = [self.put(t) for t in tensors]
+        return trace.trace_calls(_jax().jit(pure), (self._values_here(variables), *placed), calls)
 
     def compiled_outputs(self, call: Callable[..., list[Any]], tensors: list[Any],
                          variables: Sequence[Any] = ()) -> list[Any] | None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any, Callable, Sequence
 
-from tbs.backends.base import CalibrationProgram, Device, PlacedStep, ProgramCost, Runner, Source, TrainingPrograms
+from tbs.backends.base import (CalibrationProgram, Device, PlacedStep, ProgramCost, Runner, Source, TracedCalls,
+                               TrainingPrograms)
 from tbs.backends.tensorflow import loop, training
 from tbs.backends.tensorflow.capture import watch_ops
 from tbs.backends.tensorflow.environment import tensorflow as _tensorflow
@@ -61,6 +62,16 @@ class TFDevice(Device):
                            variables: Sequence[Any] = ()) -> Callable[[int], None]:
         """A plain ``tf.while_loop``'s default: up to 10 independent calls at once (throughput)."""
         return loop.blocked(self, call, tensors, xla, parallel_iterations=loop.OVERLAPPED_ITERATIONS)
+
+    def trace_calls(self, call: Callable[..., Any], tensors: list[Any], xla: bool, variables: Sequence[Any] = (),
+                    calls: int = 3) -> TracedCalls | None:
+        """One ``tf.function`` of the call on this device (XLA-compiled with ``xla``), traced by ``tf.profiler``."""
+        from tbs.backends.tensorflow import trace
+
+        tf = _tensorflow()
+        with self.scope():
+            function = tf.function(call, jit_compile=xla, autograph=False)
+            return trace.trace_calls(function, list(tensors), xla, calls)
 
     def compiled_outputs(self, call: Callable[..., list[Any]], tensors: list[Any],
                          variables: Sequence[Any] = ()) -> list[Any] | None:
