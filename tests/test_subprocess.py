@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from tbs.cli import cli
 
+from tbs.measure.in_context import SUMMARY_IN_MODEL
 from tbs.schema import ROOFLINE_COLUMNS
 
 from conftest import FAST, cli_in_one_process, native_log_lines
@@ -48,8 +49,9 @@ def test_sigint_then_resume(seq_pkl, tmp_path):
     assert len(after) == 18 and json.loads((out / "metadata.json").read_text())["status"] == "complete"
     # finished cells were not measured again: their rows and raw samples are unchanged
     keys = ["layer", "batch_size"]
-    # (the roofline columns are derived from the calibration when the profile is finished)
-    measured = [c for c in before.columns if c not in ROOFLINE_COLUMNS]
+    # (the roofline columns are derived from the calibration, and the in-model ones from ops.csv, when the
+    # profile is finished or loaded)
+    measured = [c for c in before.columns if c not in ROOFLINE_COLUMNS + SUMMARY_IN_MODEL]
     again = before[keys].merge(after, on=keys, how="left")[measured]
     pd.testing.assert_frame_equal(again, before[measured], check_dtype=False)
     finished = set(zip(before["layer"], before["batch_size"]))

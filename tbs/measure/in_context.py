@@ -40,26 +40,29 @@ def layer_of(path: str, names: list[str]) -> str | None:
     """The Keras layer a framework op path belongs to: the longest layer name whose segments appear in it.
 
     A segment may carry the numeric suffix TensorFlow adds to a repeated name scope (``conv_1`` for ``conv``);
-    an exact name wins over a suffixed one.
+    an exact name wins over a suffixed one, and between names otherwise alike the innermost (the one whose
+    scope comes later in the path: a layer inside a block) wins.
     """
     segments = [s for s in path.split("/") if s]
-    best: tuple[int, int, str] | None = None
+    best: tuple[int, int, int, str] | None = None
     for name in names:
         wanted = name.split("/")
         for exact in (True, False):
-            if _contains(segments, wanted, exact):
-                rank = (len(wanted), 1 if exact else 0, name)
-                best = rank if best is None or rank[:2] > best[:2] else best
+            at = _position(segments, wanted, exact)
+            if at is not None:
+                rank = (len(wanted), 1 if exact else 0, at, name)
+                best = rank if best is None or rank[:3] > best[:3] else best
                 break
-    return best[2] if best else None
+    return best[3] if best else None
 
 
-def _contains(segments: list[str], wanted: list[str], exact: bool) -> bool:
+def _position(segments: list[str], wanted: list[str], exact: bool) -> int | None:
+    """Where ``wanted`` last appears among ``segments`` (None: nowhere)."""
     n = len(wanted)
-    for i in range(len(segments) - n + 1):
+    for i in range(len(segments) - n, -1, -1):
         if all(s == w or (not exact and re.fullmatch(re.escape(w) + r"_\d+", s)) for s, w in zip(segments[i:i + n], wanted)):
-            return True
-    return False
+            return i
+    return None
 
 
 def op_rows(traced: TracedCalls, base: dict[str, Any]) -> list[dict[str, Any]]:

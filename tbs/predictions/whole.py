@@ -16,13 +16,13 @@ framework op carries: a layer's share of the whole.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
 
+from tbs.measure.in_context import layer_of
 from tbs.predictions.gpu_model import GpuModel, GpuSpec, frame_of, predict_frame
 from tbs.predictions.work import CONV, GEMM, MEMORY, Work
 
@@ -137,22 +137,11 @@ def predict_whole(kernels: list[dict[str, Any]], spec: GpuSpec, precision: str, 
     return WholePrediction(float(seconds.sum()) + host_overhead_s, seconds, kernels, host_overhead_s)
 
 
-def layer_of(op_name: str, layers: Iterable[str]) -> str:
-    """The innermost Keras layer whose name scope an op's name carries ('' where none does)."""
-    names = set(layers)
-    parts = [p for p in op_name.split("/")[:-1] if p]
-    for part in reversed(parts):
-        for candidate in (part, re.sub(r"_\d+$", "", part)):
-            if candidate in names:
-                return candidate
-    return ""
-
-
 def layer_seconds(prediction: WholePrediction, layers: Iterable[str]) -> dict[str, float]:
     """Each layer's predicted seconds inside the whole model: the kernels its ops became ('' for the rest)."""
     names = list(layers)
     out: dict[str, float] = {}
     for kernel, seconds in zip(prediction.kernels, prediction.kernel_seconds):
-        owner = layer_of(str(kernel.get("op", "")), names)
+        owner = layer_of(str(kernel.get("op", "")), names) or ""
         out[owner] = out.get(owner, 0.0) + float(seconds)
     return out
