@@ -385,7 +385,13 @@ def test_real_profiles_redrawn_say_no_change_and_a_planted_slowdown_is_measured(
     assert row["time_change"] == pytest.approx(0.3) and row["cost_change"] == pytest.approx(0.3)
     if is_number(row["time_change_low"]):
         assert row["time_change_low"] < 0.3 < row["time_change_high"]
-    assert (row["verdict"] == "slower") == (row["time_change_low"] > 0) and row["regression"] == (row["verdict"] == "slower")
+    # slower only with the whole interval above 0; the verdict is also corrected across cells, so an interval that
+    # just clears 0 may still read no change (the interval is the cell's own)
+    if row["verdict"] == "slower":
+        assert row["time_change_low"] > 0
+    if row["time_change_low"] <= 0:
+        assert row["verdict"] == "no change"
+    assert row["regression"] == (row["verdict"] == "slower")
     assert d.cells.loc[d.cells["layer"] != planted, "verdict"].isin(["no change", "below resolution"]).all()
     result = run(real_profile.directory, slower, "--format", "markdown", "--all")
     assert result.exit_code == (1 if row["regression"] else 0) and f"| {planted} | cpu:0 | 16 |" in result.stdout
