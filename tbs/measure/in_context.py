@@ -89,7 +89,12 @@ class Attribution:
     tool: str = ""
 
 
-def _weights(parts: list[list[Any]], names: list[str], cache: dict[str, str | None]) -> dict[str, float]:
+def parts_of(text: Any) -> list[list[Any]]:
+    """An ops.csv row's ``parts`` (JSON: [op path, its work] pairs); none where blank."""
+    return json.loads(text) if isinstance(text, str) and text else []
+
+
+def op_weights(parts: list[list[Any]], names: list[str], cache: dict[str, str | None]) -> dict[str, float]:
     """Each layer's fraction of one op (its work inside the op); empty where no path names a layer."""
     work: dict[str, float] = defaultdict(float)
     for path, amount in parts:
@@ -113,7 +118,7 @@ def attribute(rows: Iterable[dict[str, Any]], names: list[str]) -> Attribution |
                          tool=str(rows[0].get("tool") or ""))
     cache: dict[str, str | None] = {}
     ops = [(float(r["start_s"]), float(r["start_s"]) + float(r["duration_s"]), str(r["name"]),
-            _weights(json.loads(r["parts"]) if isinstance(r["parts"], str) and r["parts"] else [], names, cache))
+            op_weights(parts_of(r["parts"]), names, cache))
            for r in rows if r["kind"] == OP]
     for weights in (w for _, _, _, w in ops):
         if len(weights) > 1:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from tbs.measure.in_context import CALL, OP, layer_of
+from tbs.measure.in_context import CALL, OP, op_weights, parts_of
 from tbs.profiles.profile import Profile
 from tbs.units import is_number
 
@@ -39,16 +39,8 @@ def _span(pid: int, tid: int, name: str, start_s: float, seconds: float, categor
 
 
 def _owners(parts: Any, names: list[str], cache: dict[str, str | None]) -> dict[str, float]:
-    """The layers an op runs and each one's fraction of its work."""
-    work: dict[str, float] = {}
-    for path, amount in json.loads(parts) if isinstance(parts, str) and parts else []:
-        if path not in cache:
-            cache[path] = layer_of(str(path), names)
-        layer = cache[path]
-        if layer is not None:
-            work[layer] = work.get(layer, 0.0) + max(float(amount), 0.0)
-    total = sum(work.values())
-    return {k: (v / total if total else 1.0 / len(work)) for k, v in work.items()}
+    """The layers an op runs and each one's fraction of its work (ops.csv keeps its parts as JSON)."""
+    return op_weights(parts_of(parts), names, cache)
 
 
 def _lanes(ops: pd.DataFrame) -> list[list[dict[str, Any]]]:
