@@ -18,7 +18,7 @@ from tbs.predictions.catalog import load_catalog
 from tbs.predictions.gpu_predict import gpu_spec
 from tbs.predictions.reference import fitted_model
 from tbs.measure.in_context import layer_of
-from tbs.predictions.whole import predict_whole
+from tbs.predictions.whole import WHOLE_BAND, band_percent, predict_whole
 
 FAST = dict(min_samples=3, cell_budget_seconds=0.05, min_block_seconds=0.001, min_span_seconds=0.0)
 
@@ -154,12 +154,14 @@ def test_a_profile_records_its_whole_program_and_a_gpu_is_predicted_from_it(tmp_
     layer_rows = rows[rows["target"] == "layer"]
     summed = layer_rows["median_s"].sum()
     assert f"the sum of the isolated layers' predictions: {summed * 1e3:.3g} ms" in whole["method"]
-    assert whole["low_s"] < whole["median_s"] < whole["high_s"]
+    assert whole["method"].endswith("; 95% band")  # wider than a layer's 90%: benchmarks/whole_model.md
+    assert (whole["low_s"] / whole["median_s"], whole["high_s"] / whole["median_s"]) == pytest.approx(WHOLE_BAND)
     shares = pd.to_numeric(layer_rows.set_index("layer")["model_share"])
     assert shares["conv0"] > 0 and shares.sum() <= 1.0 + 1e-9  # each layer's kernels inside the whole
     assert (layer_rows["median_s"] > 0).all()  # the isolated per-layer predictions stay
     predicted = tbs.predict(loaded, "t4")
-    assert "t4 share of model" in tbs.render(predicted, "predicted")
+    text = tbs.render(predicted, "predicted")
+    assert "t4 share of model" in text and "whole model time per sample [95% band]" in text
     page = tbs.render(predicted, "html")
     assert "t4 share of model" in page and "GPU model of the fused whole-model program</li>" in page
     without = tbs.predict(loaded.__class__(**{**loaded.__dict__, "analysis": loaded.analysis.drop(columns="kernels")}),
@@ -182,3 +184,23 @@ def test_the_published_whole_model_rows_name_their_source_precision_and_licence_
     assert set(tf2["device"]) == {"a100-80gb", "t4", "v100"} and set(tf2["model"]) == {"bert_base", "bert_large"}
     first = tf2.iloc[0]  # DGX-1 V100 16GB, "BERT-LARGE FP16", 128 tokens, batch 1: 9.67 ms at the 90th percentile
     assert (first["model"], first["precision"], first["latency_s"]) == ("bert_large", "fp16", pytest.approx(9.67e-3))
+
+
+def test_the_shipped_whole_model_band_is_the_benchmarks_and_holds_85_percent_on_every_gpu():
+    """WHOLE_BAND is the 2.5th-97.5th percentile of the held-out residuals benchmarks/whole_model.py wrote; on
+    those rows the 95% band holds at least 85% of every GPU's published latencies (issue 30's target), where a
+    90% band from the same residuals does not (the T4's and the A100 40GB's published tables disagree)."""
+    import numpy as np
+    from pathlib import Path
+
+    rows = pd.read_csv(Path(__file__).resolve().parent.parent / "benchmarks/rows/whole_model.csv")
+    fitted = rows[~rows["classifier"]]
+    residual = np.log(fitted["latency_s"] / fitted["predicted_s"])
+    assert tuple(np.round(np.exp(np.quantile(residual, [0.025, 0.975])), 2)) == pytest.approx(WHOLE_BAND)
+    per_gpu = fitted.groupby("device")
+    assert (per_gpu["covered"].mean() >= 0.85).all() and (per_gpu["covered_90"].mean() < 0.85).any()
+    assert (np.expm1(per_gpu["log_error"].apply(lambda e: np.median(np.abs(e)))) <= 0.25).all()
+    assert fitted["covered"].mean() == pytest.approx(0.95, abs=0.02)  # calibrated over all rows
+    assert band_percent(["GPU model of the fused whole-model program: 3 GEMMs; 95% band"]) == "95%"
+    assert band_percent(["GPU model (NeuSight-style)", None]) == "90%"
+    assert band_percent(["GPU model of the fused whole-model program", "roofline scaling"]) == "95%/90%"

@@ -11,6 +11,7 @@ from tbs.place.recommend import Recommendation, saving
 from tbs.place.verify import Verification
 from tbs.schema import MEASURED, NOT_MEASURED, Status
 from tbs.units import PER_MILLION, format_seconds, format_usd, is_number
+from tbs.predictions.whole import band_percent
 from tbs.report.vocabulary import (INACTIVE_MARK, NOT_IN_STEP_MARK, NOT_IN_STEP_MEANING, capacity_line,
                                    comparison_table, inactive_layers, inactive_meaning, not_in_step)
 
@@ -259,14 +260,15 @@ def capacity_lines(profile: Profile) -> list[str]:
 
 
 def predicted_lines(profile: Profile) -> str:
-    """The whole model on devices predicted, not measured: kept apart, labelled, with its 90% band."""
+    """The whole model on devices predicted, not measured: kept apart, labelled, with its band (its level named)."""
     p = profile.predictions
     if p is None or p.empty:
         return ""
     whole = p[(p["target"] == "model") & pd.to_numeric(p["per_sample_s"], errors="coerce").notna()]
     methods = {str(m).split(";")[0] for m in whole["method"] if isinstance(m, str)}  # "roofline scaling from X"
     how = f" by {methods.pop()}" if len(methods) == 1 else ""
-    lines = [f"Predicted (not measured){how}: whole model time per sample [90% band], USD per 1M samples. "
+    lines = [f"Predicted (not measured){how}: whole model time per sample [{band_percent(whole['method'])} band], "
+             "USD per 1M samples. "
              "Estimates, never measured here: measure on the device before deciding."] if len(whole) else []
     for _, r in whole.sort_values("batch_size", kind="stable").iterrows():
         batch, cost = r["batch_size"], r["cost_per_sample_usd"]

@@ -15,6 +15,7 @@ import pandas as pd
 
 from tbs.compare import Diff, verdict as v
 from tbs.units import PER_MILLION, format_seconds, format_usd, is_number
+from tbs.predictions.whole import band_percent
 
 FORMATS = ("text", "markdown", "json")
 # What a row of the layer table is, in the order the table shows them.
@@ -136,10 +137,11 @@ def _matching(d: Diff) -> list[str]:
 def _predicted_rows(d: Diff) -> list[dict[str, str]]:
     rows = []
     for _, r in d.predicted.iterrows():
+        level = band_percent([r["base_method"], r["new_method"]])
         band = (lambda side: f"{format_seconds(r[f'{side}_median_s'])} ({format_seconds(r[f'{side}_low_s'])}"
                              f"-{format_seconds(r[f'{side}_high_s'])})")
         rows.append({"layer": "whole model" if r["target"] == "model" else str(r["layer"]), "device": str(r["device"]),
-                     "batch": str(r["batch_size"]), "base (90% band)": band("base"), "new (90% band)": band("new"),
+                     "batch": str(r["batch_size"]), f"base ({level} band)": band("base"), f"new ({level} band)": band("new"),
                      "change": _percent(r["time_change"]), "method": str(r["new_method"])})
     return rows
 

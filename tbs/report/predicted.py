@@ -14,7 +14,7 @@ from plotly.subplots import make_subplots
 
 from tbs.report.figures import DEVICE_COLORS
 from tbs.predictions.gpu_predict import METHOD as GPU_METHOD
-from tbs.predictions.whole import METHOD as WHOLE_METHOD
+from tbs.predictions.whole import METHOD as WHOLE_METHOD, band_percent
 from tbs.report.page import ReportData, esc, figure, table
 from tbs.schema import MEASURED
 from tbs.units import PER_MILLION, format_seconds, format_usd, is_number
@@ -44,11 +44,12 @@ def _bars(fig: go.Figure, rows: pd.DataFrame, name: str, color: str, col: int, p
                 showlegend=col == 1, error_y=error,
                 marker=dict(color=color, line=dict(color=color, width=1.5), pattern=hatch),
                 hovertemplate=f"<b>{name}</b> %{{x}}<br>%{{y:.3s}} {'s' if col == 1 else '$ per 1M samples'}"
-                              + (" (whisker: 90% band)" if predicted else "") + "<extra></extra>", row=1, col=col)
+                              + (f" (whisker: {band_percent(rows['method'])} band)" if predicted else "")
+                              + "<extra></extra>", row=1, col=col)
 
 
 def predicted_figure(data: ReportData, done: pd.DataFrame, meta: Mapping[str, Any] | None = None) -> go.Figure:
-    """The whole model per batch: measured devices solid, predicted devices hatched with their 90% band."""
+    """The whole model per batch: measured devices solid, predicted devices hatched with their band."""
     model = data.model[data.model["status"].isin(MEASURED)] if len(data.model) else data.model
     whole = done[done["target"] == "model"]
     bars = [(model[model["device"] == d], f"{d} (measured)", data.view.color(d), False) for d in data.devices]
@@ -63,8 +64,8 @@ def predicted_figure(data: ReportData, done: pd.DataFrame, meta: Mapping[str, An
             rows = rows if col == 1 else rows[numbers(rows, "cost_per_sample_usd").notna()]
             if len(rows):
                 _bars(fig, rows, name, color, col, predicted)
-    fig.update_layout(barmode="group", title="Whole model: measured (solid) and predicted (hatched, whiskers = 90% "
-                      "band)", margin=dict(t=90, b=60), height=500,
+    fig.update_layout(barmode="group", title=f"Whole model: measured (solid) and predicted (hatched, whiskers = "
+                      f"{band_percent(whole['method'])} band)", margin=dict(t=90, b=60), height=500,
                       legend=dict(orientation="h", y=-0.12, yanchor="top"))
     fig.update_yaxes(type="log", dtick=1)  # decades only: plotly's minor labels drop the unit
     fig.update_yaxes(tickformat="~s", ticksuffix="s", row=1, col=1)
@@ -87,7 +88,8 @@ def predicted_whole(done: pd.DataFrame, meta: Mapping[str, Any]) -> str:
             for lo, hi, b in zip(whole["low_s"], whole["high_s"], whole["batch_size"])]
     frame = pd.DataFrame({
         "device": whole["device"], "batch": whole["batch_size"].astype(int), "from": whole["predicted_from"],
-        "predicted time / sample": whole["per_sample_s"].map(format_seconds), "90% band": band,
+        "predicted time / sample": whole["per_sample_s"].map(format_seconds),
+        f"{band_percent(whole['method'])} band": band,
         "$ / hour": whole["usd_per_hour"].map(format_usd), "priced as": [_price(d, meta) for d in whole["device"]],
         "cost / 1M samples": [f"${c * PER_MILLION:.3g}" if is_number(c) else "no price"
                               for c in whole["cost_per_sample_usd"]],
@@ -164,7 +166,8 @@ def section_predicted(data: ReportData) -> str:
               'shapes (the GEMM and precision of every row are in predictions.csv\'s method); other devices scale '
               'the measured times to the catalog ceilings at an achievable fraction of their peak '
               f'({esc(achievable or "-")}, {esc(meta.get("achievable_source", "source not recorded"))}). '
-              'Whiskers and bands are the 90% range. Measure on the device before committing to it; predicted '
+              'Whiskers and bands are the 90% range (95% for a whole model predicted from its compiled program: '
+              'published whole-model latencies spread wider). Measure on the device before committing to it; predicted '
               f'numbers are never summed or ranked with measured ones.{_methods(done, meta)}</div>')
     parts = ['<h2 id="predicted">Predicted devices (not measured)</h2>', banner]
     if len(done):
