@@ -183,3 +183,18 @@ def test_jax_compiles_a_cpu_programs_analysis_at_llvm_level_0_and_counts_what_th
     memory, counts = default.memory_analysis(), xla.cost_fields(default.cost_analysis())
     assert (cost.flops, cost.bytes_accessed) == (counts["flops"], counts["bytes_accessed"])
     assert (cost.temp_bytes, cost.output_bytes) == (memory.temp_size_in_bytes, memory.output_size_in_bytes)
+
+
+def test_a_tensorflow_programs_kernels_name_the_keras_layer_not_the_uniquified_scope(cpu):
+    """A model called before gets scopes ``dense_1/`` for its layer ``dense`` and ``dense_1_2/`` for ``dense_1``
+    in a new trace; each kernel keeps the Keras call that made it, so a layer's share of the whole is its own."""
+    import json
+
+    inputs = keras.Input((64,))
+    model = keras.Model(inputs, layers.Dense(4, name="dense_1")(layers.Dense(256, name="dense")(inputs)))
+    x = np.random.default_rng(0).random((8, 64), dtype=np.float32)
+    model(x)
+    model(x)  # traced again under a uniquified scope
+    cost = cpu.program_cost(lambda t: model(t), [cpu.place(x)], False, model.variables)
+    gemms = {(k["n"], k["k"]): k["op"] for k in json.loads(cost.kernels) if k["kind"] == "gemm"}
+    assert gemms[256, 64].split("/")[-2] == "dense" and gemms[4, 256].split("/")[-2] == "dense_1"

@@ -8,7 +8,7 @@ of the program TensorFlow compiles, counted by the compiler's own rules, not by 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from tbs.backends import hlo_kernels
 from tbs.backends.base import ProgramCost
@@ -57,7 +57,8 @@ def hlo_text_cost(hlo_text: str) -> dict[str, float | None]:
 ANALYSIS_LLVM_LEVEL = 0
 
 
-def hlo_compiled(serialized_hlo: bytes, llvm_level: int | None = ANALYSIS_LLVM_LEVEL
+def hlo_compiled(serialized_hlo: bytes, llvm_level: int | None = ANALYSIS_LLVM_LEVEL,
+                 rename: Callable[[str], str] | None = None
                  ) -> tuple[dict[str, float | None], dict[str, Any], dict[str, int | None]]:
     """XLA's cost analysis of a serialized HloModuleProto as given and of its optimised program (with its
     ``kernels``), and the memory analysis, from one compile for this host's CPU.
@@ -65,7 +66,8 @@ def hlo_compiled(serialized_hlo: bytes, llvm_level: int | None = ANALYSIS_LLVM_L
     TensorFlow keeps its compiled XLA executables to itself; compiling the same HLO with the
     same compiler gives the optimised program (its counts match TensorFlow's own optimised
     HLO) and the buffer sizes it needs: CPU figures, so only for a CPU device. The program is never
-    run, so its machine code is generated at ``llvm_level`` (None: XLA's default).
+    run, so its machine code is generated at ``llvm_level`` (None: XLA's default). ``rename`` maps each
+    kernel's framework op name to the Keras call that made it (see ``kernels_of``).
     """
     import jax
     from jax._src import compiler
@@ -87,16 +89,24 @@ def hlo_compiled(serialized_hlo: bytes, llvm_level: int | None = ANALYSIS_LLVM_L
         executable = compiler.backend_compile_and_load(client, module, devices, options, [])
     optimised = executable.hlo_modules()[0]
     after = dict(cost_fields(xla_client._xla.hlo_module_cost_analysis(client, optimised)),
-                 kernels=kernels_of(optimised.to_string()))
+                 kernels=kernels_of(optimised.to_string(), rename))
     return before, after, memory_fields(executable.get_compiled_memory_stats())
 
 
-def kernels_of(optimised_hlo_text: str) -> str | None:
-    """The optimised program's kernels as JSON (None where its HLO cannot be read: the counts still stand)."""
+def kernels_of(optimised_hlo_text: str, rename: Callable[[str], str] | None = None) -> str | None:
+    """The optimised program's kernels as JSON (None where its HLO cannot be read: the counts still stand).
+
+    ``rename`` gives each kernel's op name its Keras call path: TensorFlow makes a traced function's name scopes
+    unique (a model called before has ``conv2d_1/`` for its layer ``conv2d``, and ``conv2d_1_2/`` for ``conv2d_1``),
+    so an op's scope alone can name the wrong layer.
+    """
     try:
-        return hlo_kernels.dumps(hlo_kernels.program_kernels(optimised_hlo_text))
+        kernels = hlo_kernels.program_kernels(optimised_hlo_text)
     except (ValueError, IndexError, KeyError):
         return None
+    if rename is not None:
+        kernels = [dict(k, op=rename(str(k["op"]))) if k.get("op") else k for k in kernels]
+    return hlo_kernels.dumps(kernels)
 
 
 def program_cost(source: str, before: Mapping[str, Any], after: Mapping[str, Any],

@@ -17,6 +17,7 @@ from tbs.backends import xla
 from tbs.backends.base import (CALIBRATION_MATMUL_N, CALIBRATION_STREAM_BYTES, CalibrationProgram,
                                ProgramCost)
 from tbs.backends.tensorflow.environment import tensorflow as _tensorflow
+from tbs.backends.tensorflow.trace import keras_paths, renamer
 
 XLA_SOURCE = "xla (TensorFlow's HLO)"
 GRAPH_SOURCE = "tensorflow graph statistics"
@@ -34,6 +35,7 @@ def program_cost(device_name: str, kind: str, call: Callable[..., Any], tensors:
     compiled = tf.function(call, jit_compile=True, autograph=False)
     try:
         with tf.device(device_name):
+            rename = keras_renamer(compiled, tensors)
             ir = compiled.experimental_get_compiler_ir(*tensors)
             # The CPU's program is compiled again from the unoptimised HLO (the optimised one's layouts
             # do not round-trip), which is also counted as it is: each stage asked is one more lowering.
@@ -44,14 +46,23 @@ def program_cost(device_name: str, kind: str, call: Callable[..., Any], tensors:
         return graph_cost(call, tensors, f"XLA cannot compile it ({_first_line(exc)})")
     try:
         if kind == "cpu":
-            before, after, memory = xla.hlo_compiled(unoptimised)
+            before, after, memory = xla.hlo_compiled(unoptimised, rename=rename)
         else:
-            after = dict(xla.hlo_text_cost(optimised), kernels=xla.kernels_of(optimised))
+            after = dict(xla.hlo_text_cost(optimised), kernels=xla.kernels_of(optimised, rename))
             before, memory = xla.hlo_text_cost(unoptimised), None
     except Exception as exc:  # XLA's analysis is unavailable here (jaxlib missing or changed)
         return graph_cost(call, tensors, f"XLA's cost analysis is unavailable ({_first_line(exc)})")
     reason = "" if memory else "no memory analysis of an accelerator's program through TensorFlow"
     return xla.program_cost(XLA_SOURCE, before, after, memory, reason)
+
+
+def keras_renamer(compiled: Any, tensors: list[Any]) -> Callable[[str], str] | None:
+    """Trace ``compiled`` recording each graph node's Keras call (the compile that follows reuses this trace), as
+    a function from an op name to its Keras call path; None where the recording fails (the scopes stay as they are)."""
+    try:
+        return renamer(keras_paths(compiled, tensors)[1])
+    except Exception:  # the recording is an aid to naming: the analysis goes on without it
+        return None
 
 
 def graph_cost(call: Callable[..., Any], tensors: list[Any], why: str) -> ProgramCost:

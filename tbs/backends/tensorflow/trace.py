@@ -120,7 +120,7 @@ def trace_calls(function: Any, tensors: list[Any], xla: bool, calls: int) -> Tra
         if not found:
             return None
         events = _events(found[-1])
-    named = _renamer(paths)
+    named = renamer(paths)
     if xla:
         hlo = function.experimental_get_compiler_ir(*tensors)(stage="optimized_hlo")
         by_instruction = instruction_parts(hlo)
@@ -164,7 +164,7 @@ def keras_paths(function: Any, tensors: list[Any]) -> tuple[Any, dict[str, str]]
     return graph, {node.name: path for node, path in zip(nodes, owner) if path}
 
 
-def _renamer(paths: dict[str, str]) -> Callable[[str], str]:
+def renamer(paths: dict[str, str]) -> Callable[[str], str]:
     """A node name as its Keras call path and its own last part; a node the function's graph does not hold (an
     inner function's) by its longest scope prefix whose nodes all came from one call; else as it is."""
     prefixes: dict[str, str | None] = {}
