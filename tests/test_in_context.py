@@ -199,3 +199,19 @@ def test_tensorflow_nodes_are_named_by_the_keras_call_that_made_them_not_by_thei
     assert {"seq/dense/MatMul", "seq/dense_1/MatMul"} <= paths, sorted(paths)
     found = attribute(op_rows(traced, BASE), ["dense", "dense_1"])
     assert found.layer_s["dense"] > 0 and found.layer_s["dense_1"] > 0
+
+
+def test_a_layer_before_an_rnn_keeps_its_nodes_the_cells_loop_body_is_another_graph():
+    # The LSTM's cell is called inside its while loop's body graph: its node positions there must not be read
+    # as the outer graph's, where they would land on the Embedding's nodes (its gather named the LSTM cell's).
+    from tbs.backends.tensorflow.environment import tensorflow
+    from tbs.backends.tensorflow.trace import keras_paths
+
+    tokens = keras.Input((12,), dtype="int32")
+    hidden = keras.layers.LSTM(8, name="lstm")(keras.layers.Embedding(50, 16, name="embedding")(tokens))
+    model = keras.Model(tokens, keras.layers.Dense(1, name="dense")(hidden), name="rnn")
+    function = tensorflow().function(lambda t: model(t, training=False), autograph=False)
+    _, paths = keras_paths(function, [tensorflow().constant(np.ones((2, 12), np.int32))])
+    gathers = {name: path for name, path in paths.items() if name.endswith("/GatherV2")}
+    assert gathers and set(gathers.values()) == {"rnn/embedding"}, gathers
+    assert any(path == "rnn/lstm" for path in paths.values())

@@ -135,12 +135,16 @@ def trace_calls(function: Any, tensors: list[Any], xla: bool, calls: int) -> Tra
 
 def keras_paths(function: Any, tensors: list[Any]) -> tuple[Any, dict[str, str]]:
     """Trace ``function`` while every Keras operation's call records the graph nodes it creates: its graph, and
-    each node's Keras call path (the innermost operation's, its outer ones' names before it)."""
+    each node's Keras call path (the innermost operation's, its outer ones' names before it).
+
+    Only calls made in the function's own graph are kept: a call inside a loop's or a branch's body (an RNN's
+    cell) creates its nodes in that body's graph, whose node positions are not the outer graph's; those nodes
+    are named by their scope (``renamer``)."""
     from keras.src.ops.operation import Operation
 
     original = Operation.__call__
     stack: list[str] = []
-    spans: list[tuple[int, int, int, str]] = []  # (depth, first node, end, path)
+    spans: list[tuple[int, int, int, str, Any]] = []  # (depth, first node, end, path, graph)
 
     def recorded(self: Any, *args: Any, **kwargs: Any) -> Any:
         graph = _tensorflow().compat.v1.get_default_graph()
@@ -149,7 +153,7 @@ def keras_paths(function: Any, tensors: list[Any]) -> tuple[Any, dict[str, str]]
         try:
             return original(self, *args, **kwargs)
         finally:
-            spans.append((len(stack), first, len(graph.get_operations()), "/".join(stack)))
+            spans.append((len(stack), first, len(graph.get_operations()), "/".join(stack), graph))
             stack.pop()
 
     Operation.__call__ = recorded
@@ -159,7 +163,8 @@ def keras_paths(function: Any, tensors: list[Any]) -> tuple[Any, dict[str, str]]
         Operation.__call__ = original
     nodes = graph.get_operations()
     owner: list[str | None] = [None] * len(nodes)
-    for _, first, end, path in sorted(spans):  # outer calls first, inner ones overwrite their own nodes
+    outer = sorted((depth, first, end, path) for depth, first, end, path, where in spans if where is graph)
+    for _, first, end, path in outer:  # outer calls first, inner ones overwrite their own nodes
         owner[first:end] = [path] * (end - first)
     return graph, {node.name: path for node, path in zip(nodes, owner) if path}
 
