@@ -14,7 +14,10 @@ op's time goes to its layers:
   layer (a parameter copy), are the framework's own (``unowned_s``).
 
 So Σ in-model + unowned = the traced call's span (first op's start to last op's end), by construction.
-Means over the traced calls are kept (means add up; medians would not).
+Means over the traced calls are kept (means add up; medians would not), leaving out a call whose span is
+over ``SLOW_CALL`` times the median call's: on a shared machine one call can be descheduled mid-op (a 0.4 ms
+gather traced at 8.6 ms in one call of three), and a mean would give that to whichever op was running.
+ops.csv keeps every call.
 
 ``ops.csv`` keeps every traced op as measured (``op_rows``); a profile's in-model columns are
 derived from it when it is read (``summary_columns``, ``model_columns``), so the report and the
@@ -29,10 +32,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+import numpy as np
+
 from tbs.backends.base import TracedCalls
 
 CALLS = 3  # whole-model calls traced per (device, batch): after its timed samples, never among them
 CALL, OP = "call", "op"  # ops.csv's ``kind``: a traced call's span, or one op in it
+SLOW_CALL = 1.5  # a traced call this many times the median call's span was disturbed: left out of the mean
 CHEAPER, DEARER = 0.8, 1.25  # in-model / isolated beyond these: "cheaper" or "dearer in context"
 
 
@@ -114,12 +120,14 @@ def attribute(rows: Iterable[dict[str, Any]], names: list[str]) -> Attribution |
     calls = {int(r["call"]): (float(r["start_s"]), float(r["duration_s"])) for r in rows if r["kind"] == CALL}
     if not calls:
         return None
+    typical = float(np.median([d for _, d in calls.values()]))
+    calls = {c: span for c, span in calls.items() if span[1] <= SLOW_CALL * typical}
     result = Attribution(whole_s=sum(d for _, d in calls.values()) / len(calls), calls=len(calls),
                          tool=str(rows[0].get("tool") or ""))
     cache: dict[str, str | None] = {}
     ops = [(float(r["start_s"]), float(r["start_s"]) + float(r["duration_s"]), str(r["name"]),
             op_weights(parts_of(r["parts"]), names, cache))
-           for r in rows if r["kind"] == OP]
+           for r in rows if r["kind"] == OP and int(r["call"]) in calls]
     for weights in (w for _, _, _, w in ops):
         if len(weights) > 1:
             for layer in weights:
