@@ -14,7 +14,7 @@ from tbs.compare import Diff
 from tbs.errors import TbsError, TbsWarning
 from tbs.measure.config import MeasureConfig, TrainingConfig
 from tbs.measure.timing import TimingConfig
-from tbs.place.recommend import Recommendation
+from tbs.place.result import Recommendation
 from tbs.place.verify import Verification
 from tbs.profiles.profile import Profile
 

@@ -27,7 +27,7 @@ from tbs.errors import ProfileError, StorageError, TbsError
 from tbs.errors import warn as _warn
 from tbs.measure.config import MeasureConfig, TrainingConfig
 from tbs.measure.timing import TimingConfig
-from tbs.place.recommend import Recommendation
+from tbs.place.result import Recommendation
 from tbs.profiles.merge import merge_each_mode, merge_profiles
 from tbs.profiles.files import write_text_atomic
 from tbs.profiles.profile import Profile, load_profile

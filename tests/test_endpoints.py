@@ -21,7 +21,7 @@ import pytest
 from conftest import FAST, cli_in_one_process
 import tbs
 from tbs.place.graph import graph_tensors
-from tbs.place.recommend import _copies_in
+from tbs.place.result import _copies_in
 from tbs.place.solvers import Problem, Tensor, brute_force, is_chain, solve, solve_two_devices
 from tbs.schema import FORMAT_VERSION, GRAPH_OUTPUT, LOSS_LAYER, input_endpoint
 from tbs.testing import FakeClock, FakeDevice, FakeLayer, FakeModel, fake_profile

@@ -10,7 +10,9 @@ from dataclasses import replace
 import pytest
 
 from test_placement import random_problem
-from tbs.place.recommend import TRAINING_NOTE, evaluate, gather, recommend
+from tbs.place.data import gather
+from tbs.place.recommend import evaluate, recommend
+from tbs.place.result import TRAINING_NOTE
 from tbs.place.solvers import Problem, Tensor, brute_force, is_chain, solve_chain, solve_milp, solve_two_devices
 from tbs.report.base import render
 from tbs.schema import LOSS_LAYER

@@ -1,8 +1,7 @@
-"""From a profile to a placement recommendation: build the problem, solve it, compare.
+"""From a profile to a placement recommendation: solve the problem, compare with every single device.
 
-Per-layer times come from the profile (status ok/noisy; failed, OOM or CPU-fallback
-cells are infeasible on that device), tensors and bytes from its layer graph,
-copy costs from its measured transfer fits. Objectives:
+What is placed comes from ``data`` (``gather``: one batch's times, prices, tensors, copy costs,
+memory); the answer is a ``result.Recommendation``. Objectives:
 - time: seconds per batch, layers plus transfers;
 - cost, metered billing: each device is paid only for the seconds it works
   (a transfer is paid at the receiving device's price, which waits for it);
@@ -19,127 +18,15 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from tbs.cost.reprice import lookup, usd_per_batch
-from tbs.schema import LOSS_LAYER, MEASURED, is_input_endpoint
-from tbs.units import is_number
+from tbs.cost.reprice import usd_per_batch
 from tbs.errors import TbsError
-from tbs.place.solvers import INFEASIBLE, Problem, Solution, Tensor, blocked_layer, solve, solve_milp
+from tbs.place.data import PlacementData, check_placeable, gather
+from tbs.place.result import Evaluation, Recommendation
+from tbs.place.solvers import INFEASIBLE, Problem, Solution, blocked_layer, solve, solve_milp
 from tbs.profiles.profile import Profile
-from tbs.measure.transfers import TransferFit, pair_key
-from tbs.place.graph import bypass, graph_tensors
-from tbs.place.batch import choose_batch, usable
-from tbs.place.memory import MemoryLimits, limits_for
-
-
-@dataclass
-class PlacementData:
-    """Everything the optimiser placed from (times, prices, tensors, memory), so anyone can check the answer.
-
-    Not the model's inputs: the placement problem's data (``Recommendation.data``; JSON ``inputs``).
-    """
-
-    batch_size: int
-    layers: list[str]
-    devices: list[str]
-    host: str
-    seconds: dict[tuple[str, str], float]
-    usd_per_hour: dict[str, float | None]
-    tensors: list[Tensor]
-    fits: dict[str, TransferFit]
-    mode: str = "inference"
-    memory: MemoryLimits | None = None  # device memory as a hard limit (None: no sizes known)
-    # Why a (layer, device) cannot be placed, where it cannot: what the user is told when nothing fits.
-    why_not: dict[tuple[str, str], str] = field(default_factory=dict)
-    # Set when no --batch was given and larger profiled batches were passed over (choose_batch): printed.
-    batch_note: str = ""
-
-    def transfer_seconds(self, src: str, dst: str, nbytes: int) -> float:
-        if src == dst:
-            return 0.0
-        fit = self.fits.get(pair_key(src, dst))
-        return INFEASIBLE if fit is None else fit.seconds(nbytes)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "mode": self.mode, "batch_size": self.batch_size, "host": self.host, "devices": self.devices,
-            "usd_per_hour": self.usd_per_hour,
-            "layer_seconds": {l: {d: (None if not math.isfinite(self.seconds[(l, d)]) else self.seconds[(l, d)])
-                                  for d in self.devices} for l in self.layers},
-            "tensors": [{"src": t.src, "consumers": list(t.consumers), "bytes": t.bytes,
-                         **({"grad": True} if t.grad else {})} for t in self.tensors],
-            "transfer_fits": {k: f.as_dict() for k, f in self.fits.items()},
-        }
-
-
-def _times(rows: pd.DataFrame, layers: list[str], devices: list[str], predicted: set[str]
-           ) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], str]]:
-    """Each (layer, device)'s time at the batch, and why the ones without a usable time have none."""
-    seconds = {(l, d): INFEASIBLE for l in layers for d in devices}
-    why_not = {(l, d): "not predicted" if d in predicted else "not measured" for l in layers for d in devices}
-    for r, timed in zip(rows.itertuples(index=False), usable(rows)):
-        if timed:
-            seconds[(r.layer, r.device)] = float(r.median_s)
-            why_not.pop((r.layer, r.device), None)
-        else:
-            reason = r.reason if isinstance(r.reason, str) and r.reason else "no time"
-            why_not[(r.layer, r.device)] = reason if r.status in MEASURED else f"{r.status}: {reason}"
-    return seconds, why_not
-
-
-def gather(profile: Profile, batch_size: int | None) -> PlacementData:
-    summary = profile.summary
-    if summary.empty:
-        raise TbsError(f"'{profile.directory}' has no measured layers")
-    records = profile.layers
-    layers = [l.name for l in records if l.in_step is not False]  # what the compiled step never runs: no node
-    skipped = [l.name for l in records if l.in_step is False]
-    if profile.mode == "training" and LOSS_LAYER not in layers and (summary["layer"] == LOSS_LAYER).any():
-        layers.append(LOSS_LAYER)  # the loss is placed like a layer
-    batches = sorted({int(b) for b in summary["batch_size"]})
-    batch, batch_note = (batch_size, "") if batch_size is not None else choose_batch(summary, layers)
-    if batch not in batches:
-        raise TbsError(f"batch size {batch} (--batch) is not in this profile: it has {', '.join(map(str, batches))}")
-    rows = summary[summary["batch_size"] == batch]
-    devices = sorted(rows["device"].unique())
-    predicted = set(profile.meta.predicted_devices)
-    seconds, why_not = _times(rows, layers, devices, predicted)
-    kinds = dict(zip(rows["device"], rows["device_kind"]))
-    prices = profile.meta.prices_usd_per_hour
-    usd = {d: (float(p) if is_number(p) else None) for d, p in
-           rows.groupby("device")["usd_per_hour"].first().items()} if "usd_per_hour" in rows else {}
-    for d in devices:
-        if usd.get(d) is None:  # a predicted device takes no price from the kind of a measured one
-            usd[d] = lookup(prices, d, None if d in predicted else kinds.get(d, ""))
-    host = profile.meta.host_device or next((d for d in devices if kinds.get(d) == "cpu"), devices[0])
-    edges = profile.meta.graph.get(str(batch), [])
-    tensors = graph_tensors(bypass(edges, skipped), layers, profile.mode)
-    fits = {k: TransferFit(v["alpha_s"], v["beta_s_per_byte"]) for k, v in profile.meta.transfers.items()}
-    memory = limits_for(profile, rows, batch)
-    for l in layers:
-        for d in devices:
-            if not memory.fits_alone(l, d):  # its weights and activations alone exceed the device
-                seconds[(l, d)] = INFEASIBLE
-                why_not[(l, d)] = "its weights and activations do not fit in the device's memory"
-    return PlacementData(batch, layers, devices, host, seconds, usd, tensors, fits, profile.mode, memory, why_not, batch_note)
-
-
-def check_placeable(inp: PlacementData, objective: str) -> None:
-    """Every layer needs a device that can run it (and, to minimise cost, a priced one): else one line naming it."""
-    for layer in inp.layers:
-        runs_on = [d for d in inp.devices if math.isfinite(inp.seconds[(layer, d)])]
-        if not runs_on:
-            why = "; ".join(f"{d}: {inp.why_not.get((layer, d), 'not measured')}" for d in inp.devices)
-            raise TbsError(f"layer '{layer}' cannot be placed at batch {inp.batch_size}: no profiled device ran it "
-                           f"({why}); fix the layer, or profile a device that runs it and recommend again")
-        if objective == "cost" and not any(inp.usd_per_hour.get(d) is not None for d in runs_on):
-            raise TbsError(f"layer '{layer}' runs only on {', '.join(runs_on)}, which has no price: give one with "
-                           f"--cost (e.g. --cost {runs_on[0]}=0.5), or minimise time (--objective time)")
 
 
 def time_problem(inp: PlacementData, allowed: list[str] | None = None) -> Problem:
@@ -159,140 +46,6 @@ def metered_cost_problem(inp: PlacementData) -> Problem:
     cost = {(l, d): times_price(inp.seconds[(l, d)], usd(d)) for l in inp.layers for d in inp.devices}
     return Problem(inp.layers, inp.devices, inp.host, cost, inp.tensors,
                    lambda s, d, n: 0.0 if s == d else times_price(inp.transfer_seconds(s, d, n), usd(d) or 0.0))
-
-
-TRAINING_NOTE = ("training: forward, backward and update of each layer on one device; "
-                 "activations move forward and gradients back")
-
-
-@dataclass
-class Evaluation:
-    name: str
-    placement: dict[str, str]
-    seconds_per_batch: float
-    usd_per_batch: float | None
-
-    def per_sample(self, batch: int) -> dict[str, float | None]:
-        return {"seconds_per_sample": self.seconds_per_batch / batch,
-                "usd_per_sample": None if self.usd_per_batch is None else self.usd_per_batch / batch,
-                "usd_per_1m_samples": None if self.usd_per_batch is None else self.usd_per_batch / batch * 1e6}
-
-
-@dataclass
-class Recommendation:
-    objective: str
-    billing: str
-    data: PlacementData  # what the solvers placed from (was ``inputs``: still readable by that name)
-    chosen: Evaluation
-    method: str
-    single_devices: list[Evaluation]
-    argmin: Evaluation | None
-    frontier: list[Evaluation] = field(default_factory=list)
-    verification: Any = None  # a verify.Verification once the placement has been run for real
-    # Whether predicted (not measured) devices took part, or were left out: every output prints it.
-    predicted_note: str = ""
-    # With predicted devices: per layer placed on one, or that the band could move (place.predicted.band_dependence).
-    prediction_dependence: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def inputs(self) -> PlacementData:
-        """The old name of ``data``."""
-        return self.data
-
-    @inputs.setter
-    def inputs(self, data: PlacementData) -> None:
-        self.data = data
-
-    @property
-    def batch_size(self) -> int:
-        return self.data.batch_size
-
-    @property
-    def mode(self) -> str:
-        return self.data.mode
-
-    @property
-    def mode_note(self) -> str:
-        """What one placed layer stands for in this mode (the reports print it)."""
-        if self.mode == "training":
-            return TRAINING_NOTE
-        return "inference: each layer's forward pass on one device; activations move forward"
-
-    @property
-    def placement(self) -> pd.DataFrame:
-        """One row per layer: its device, predicted time and cost per sample, and the copies it waits for."""
-        columns = ["layer", "device", "seconds_per_sample", "usd_per_sample", "transfer_in_seconds_per_sample"]
-        if self.mode == "training":
-            columns.append("gradient_in_seconds_per_sample")
-        return pd.DataFrame(layer_rows(self), columns=columns)
-
-    @property
-    def comparison(self) -> pd.DataFrame:
-        """The recommendation against every single device and per-layer argmin, per sample."""
-        return pd.DataFrame(comparison(self))
-
-    def __repr__(self) -> str:
-        return (f"<tbs.Recommendation batch {self.batch_size}, minimise {self.objective} ({self.billing}): "
-                f"{len(set(self.chosen.placement.values()))} device(s), {self.method}>")
-
-
-def _copies_in(inp: PlacementData, placement: dict[str, str]) -> tuple[dict[str, float], dict[str, float]]:
-    """Per layer, seconds of activations copied in (once per tensor and device) and of gradients sent back to it."""
-    forward = {layer: 0.0 for layer in inp.layers}
-    backward = {layer: 0.0 for layer in inp.layers}
-    order = {layer: i for i, layer in enumerate(inp.layers)}
-    for t in inp.tensors:
-        src = inp.host if is_input_endpoint(t.src) else placement[t.src]
-        first_reader: dict[str, str] = {}
-        for c in sorted((c for c in t.consumers if c in order), key=order.get):
-            first_reader.setdefault(placement[c], c)
-        for device, reader in first_reader.items():
-            if device == src:
-                continue
-            if t.grad and t.src in backward:  # the producer waits for its gradient
-                backward[t.src] += inp.transfer_seconds(device, src, t.bytes)
-            elif not t.grad:  # the first reader on a device waits for the copy there
-                forward[reader] += inp.transfer_seconds(src, device, t.bytes)
-    return forward, backward
-
-
-def layer_rows(rec: Recommendation) -> list[dict[str, Any]]:
-    """Per layer: device, predicted seconds and USD per sample, and the copies it waits for per sample."""
-    inp, placement, batch = rec.data, rec.chosen.placement, rec.data.batch_size
-    forward, backward = _copies_in(inp, placement)
-    rows = []
-    for layer in inp.layers:
-        device = placement[layer]
-        seconds = inp.seconds[(layer, device)]
-        usd = usd_per_batch(seconds, inp.usd_per_hour.get(device))
-        row = {"layer": layer, "device": device, "seconds_per_sample": seconds / batch,
-               "usd_per_sample": None if usd is None else usd / batch,
-               "transfer_in_seconds_per_sample": forward[layer] / batch}
-        if inp.mode == "training":
-            row["gradient_in_seconds_per_sample"] = backward[layer] / batch
-        rows.append(row)
-    return rows
-
-
-def saving(rec: Recommendation) -> dict[str, Any]:
-    """The recommendation against the best single device, as a fraction and in USD per 1M samples."""
-    key = "usd_per_batch" if rec.objective == "cost" else "seconds_per_batch"
-    singles = [e for e in rec.single_devices if getattr(e, key) is not None]
-    if not singles:
-        return {}
-    best = min(singles, key=lambda e: getattr(e, key))
-    ours, theirs = getattr(rec.chosen, key), getattr(best, key)
-    out = {"best_single_device": best.name, "saving_fraction": (theirs - ours) / theirs if theirs else 0.0}
-    if rec.chosen.usd_per_batch is not None and best.usd_per_batch is not None:
-        out["saving_usd_per_1m_samples"] = (best.usd_per_batch - rec.chosen.usd_per_batch) / rec.data.batch_size * 1e6
-    return out
-
-
-def comparison(rec: Recommendation) -> list[dict[str, Any]]:
-    """The recommendation against every single device and per-layer argmin, per sample."""
-    batch = rec.data.batch_size
-    return [dict(name=e.name, **e.per_sample(batch))
-            for e in [rec.chosen, *rec.single_devices, *([rec.argmin] if rec.argmin else [])]]
 
 
 def evaluate(inp: PlacementData, name: str, placement: dict[str, str], billing: str) -> Evaluation:

@@ -37,7 +37,7 @@ from tbs.measure.train_cells import gradient_plan
 from tbs.measure import neighbours
 from tbs.measure.stats import Summary
 from tbs.measure.timing import Interleaved, Measurement, Timer, TimingConfig
-from tbs.place.recommend import Recommendation
+from tbs.place.result import Recommendation
 from tbs.profiles.profile import Profile
 from tbs.schema import ARRAYS_INPUT, GRAPH_INPUT, LOSS_LAYER, SYNTHETIC_INPUT
 

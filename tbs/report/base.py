@@ -7,7 +7,7 @@ caller's job (the API and the CLI).
 from __future__ import annotations
 
 from tbs.errors import TbsError
-from tbs.place.recommend import Recommendation
+from tbs.place.result import Recommendation
 from tbs.profiles.profile import Profile
 from tbs.report import modes
 from tbs.report import console, html, json, predicted_text, trace

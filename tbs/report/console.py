@@ -7,7 +7,7 @@ import pandas as pd
 from tbs.report.groups import DEFAULT_TOP, fold, grouped, layer_groups, measured_table, rank
 from tbs.report.winners import winner
 from tbs.profiles.profile import Profile, with_layer_sums
-from tbs.place.recommend import Recommendation, saving
+from tbs.place.result import Recommendation, saving
 from tbs.place.verify import Verification
 from tbs.schema import MEASURED, NOT_MEASURED, Status
 from tbs.units import PER_MILLION, format_seconds, format_usd, is_number

@@ -14,7 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from tbs.place.recommend import Recommendation
+from tbs.place.result import Recommendation
 from tbs.profiles.profile import Profile
 from tbs.report import roofline, training_view as training
 from tbs.report.in_context_view import has_in_context, section_in_context

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tbs.place.recommend import Evaluation, Recommendation, layer_rows, saving
+from tbs.place.result import Evaluation, Recommendation, layer_rows, saving
 from tbs.profiles.profile import Profile, with_layer_sums
 from tbs.report.winners import step_check, winners
 from tbs.schema import LOSS_LAYER

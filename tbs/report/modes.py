@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from tbs.errors import TbsError
-from tbs.place.recommend import Recommendation
+from tbs.place.result import Recommendation
 from tbs.profiles.profile import Profile, with_layer_sums
 from tbs.report import console, html, json
 from tbs.report.winners import mode_differences

@@ -14,7 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from tbs.place.recommend import Recommendation
+from tbs.place.result import Recommendation
 from tbs.profiles.profile import Profile, with_layer_sums
 from tbs.report.winners import with_intervals
 from tbs.report.vocabulary import inactive_layers, not_in_step

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from tbs.place.recommend import Recommendation, comparison
+from tbs.place.result import Recommendation, comparison
 from tbs.profiles.profile import Profile
 from tbs.units import format_bytes, format_seconds, format_usd, is_number
 

@@ -1,0 +1,133 @@
+"""What a placement is solved from: one batch's per-layer times, prices, tensors, copy costs and memory.
+
+Per-layer times come from the profile (status ok/noisy; failed, OOM or CPU-fallback
+cells are infeasible on that device), tensors and bytes from its layer graph,
+copy costs from its measured transfer fits; the batch is the one asked for, or the
+one ``choose_batch`` picks. ``gather`` builds it, ``check_placeable`` refuses a layer
+that no device can take before anything is solved.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from tbs.cost.reprice import lookup
+from tbs.errors import TbsError
+from tbs.measure.transfers import TransferFit, pair_key
+from tbs.place.batch import choose_batch, usable
+from tbs.place.graph import bypass, graph_tensors
+from tbs.place.memory import MemoryLimits, limits_for
+from tbs.place.solvers import INFEASIBLE, Tensor
+from tbs.profiles.profile import Profile
+from tbs.schema import LOSS_LAYER, MEASURED
+from tbs.units import is_number
+
+
+@dataclass
+class PlacementData:
+    """Everything the optimiser placed from (times, prices, tensors, memory), so anyone can check the answer.
+
+    Not the model's inputs: the placement problem's data (``Recommendation.data``; JSON ``inputs``).
+    """
+
+    batch_size: int
+    layers: list[str]
+    devices: list[str]
+    host: str
+    seconds: dict[tuple[str, str], float]
+    usd_per_hour: dict[str, float | None]
+    tensors: list[Tensor]
+    fits: dict[str, TransferFit]
+    mode: str = "inference"
+    memory: MemoryLimits | None = None  # device memory as a hard limit (None: no sizes known)
+    # Why a (layer, device) cannot be placed, where it cannot: what the user is told when nothing fits.
+    why_not: dict[tuple[str, str], str] = field(default_factory=dict)
+    # Set when no --batch was given and larger profiled batches were passed over (choose_batch): printed.
+    batch_note: str = ""
+
+    def transfer_seconds(self, src: str, dst: str, nbytes: int) -> float:
+        if src == dst:
+            return 0.0
+        fit = self.fits.get(pair_key(src, dst))
+        return INFEASIBLE if fit is None else fit.seconds(nbytes)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode, "batch_size": self.batch_size, "host": self.host, "devices": self.devices,
+            "usd_per_hour": self.usd_per_hour,
+            "layer_seconds": {l: {d: (None if not math.isfinite(self.seconds[(l, d)]) else self.seconds[(l, d)])
+                                  for d in self.devices} for l in self.layers},
+            "tensors": [{"src": t.src, "consumers": list(t.consumers), "bytes": t.bytes,
+                         **({"grad": True} if t.grad else {})} for t in self.tensors],
+            "transfer_fits": {k: f.as_dict() for k, f in self.fits.items()},
+        }
+
+
+def _times(rows: pd.DataFrame, layers: list[str], devices: list[str], predicted: set[str]
+           ) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], str]]:
+    """Each (layer, device)'s time at the batch, and why the ones without a usable time have none."""
+    seconds = {(l, d): INFEASIBLE for l in layers for d in devices}
+    why_not = {(l, d): "not predicted" if d in predicted else "not measured" for l in layers for d in devices}
+    for r, timed in zip(rows.itertuples(index=False), usable(rows)):
+        if timed:
+            seconds[(r.layer, r.device)] = float(r.median_s)
+            why_not.pop((r.layer, r.device), None)
+        else:
+            reason = r.reason if isinstance(r.reason, str) and r.reason else "no time"
+            why_not[(r.layer, r.device)] = reason if r.status in MEASURED else f"{r.status}: {reason}"
+    return seconds, why_not
+
+
+def gather(profile: Profile, batch_size: int | None) -> PlacementData:
+    summary = profile.summary
+    if summary.empty:
+        raise TbsError(f"'{profile.directory}' has no measured layers")
+    records = profile.layers
+    layers = [l.name for l in records if l.in_step is not False]  # what the compiled step never runs: no node
+    skipped = [l.name for l in records if l.in_step is False]
+    if profile.mode == "training" and LOSS_LAYER not in layers and (summary["layer"] == LOSS_LAYER).any():
+        layers.append(LOSS_LAYER)  # the loss is placed like a layer
+    batches = sorted({int(b) for b in summary["batch_size"]})
+    batch, batch_note = (batch_size, "") if batch_size is not None else choose_batch(summary, layers)
+    if batch not in batches:
+        raise TbsError(f"batch size {batch} (--batch) is not in this profile: it has {', '.join(map(str, batches))}")
+    rows = summary[summary["batch_size"] == batch]
+    devices = sorted(rows["device"].unique())
+    predicted = set(profile.meta.predicted_devices)
+    seconds, why_not = _times(rows, layers, devices, predicted)
+    kinds = dict(zip(rows["device"], rows["device_kind"]))
+    prices = profile.meta.prices_usd_per_hour
+    usd = {d: (float(p) if is_number(p) else None) for d, p in
+           rows.groupby("device")["usd_per_hour"].first().items()} if "usd_per_hour" in rows else {}
+    for d in devices:
+        if usd.get(d) is None:  # a predicted device takes no price from the kind of a measured one
+            usd[d] = lookup(prices, d, None if d in predicted else kinds.get(d, ""))
+    host = profile.meta.host_device or next((d for d in devices if kinds.get(d) == "cpu"), devices[0])
+    edges = profile.meta.graph.get(str(batch), [])
+    tensors = graph_tensors(bypass(edges, skipped), layers, profile.mode)
+    fits = {k: TransferFit(v["alpha_s"], v["beta_s_per_byte"]) for k, v in profile.meta.transfers.items()}
+    memory = limits_for(profile, rows, batch)
+    for l in layers:
+        for d in devices:
+            if not memory.fits_alone(l, d):  # its weights and activations alone exceed the device
+                seconds[(l, d)] = INFEASIBLE
+                why_not[(l, d)] = "its weights and activations do not fit in the device's memory"
+    return PlacementData(batch, layers, devices, host, seconds, usd, tensors, fits, profile.mode, memory, why_not, batch_note)
+
+
+def check_placeable(inp: PlacementData, objective: str) -> None:
+    """Every layer needs a device that can run it (and, to minimise cost, a priced one): else one line naming it."""
+    for layer in inp.layers:
+        runs_on = [d for d in inp.devices if math.isfinite(inp.seconds[(layer, d)])]
+        if not runs_on:
+            why = "; ".join(f"{d}: {inp.why_not.get((layer, d), 'not measured')}" for d in inp.devices)
+            raise TbsError(f"layer '{layer}' cannot be placed at batch {inp.batch_size}: no profiled device ran it "
+                           f"({why}); fix the layer, or profile a device that runs it and recommend again")
+        if objective == "cost" and not any(inp.usd_per_hour.get(d) is not None for d in runs_on):
+            raise TbsError(f"layer '{layer}' runs only on {', '.join(runs_on)}, which has no price: give one with "
+                           f"--cost (e.g. --cost {runs_on[0]}=0.5), or minimise time (--objective time)")
+
