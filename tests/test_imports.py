@@ -24,7 +24,7 @@ PACKAGE_DIR = ROOT / "tbs"
 FOUNDATION = ("tbs.errors", "tbs.units", "tbs.schema")
 STAGES = ("tbs.backends", "tbs.load", "tbs.capture", "tbs.measure", "tbs.profiles", "tbs.predictions", "tbs.cost",
           "tbs.compare", "tbs.place", "tbs.report")
-TOP = ("tbs", "tbs.api", "tbs.run", "tbs.checks", "tbs.progress", "tbs.cli", "tbs.cluster", "tbs.__main__", "tbs.testing")
+TOP = ("tbs", "tbs.api", "tbs.loading", "tbs.verbs", "tbs.run", "tbs.checks", "tbs.progress", "tbs.cli", "tbs.cluster", "tbs.__main__", "tbs.testing")
 TOP_PACKAGES = ("tbs.cli", "tbs.cluster", "tbs.testing")  # the cluster driver runs whole profiles, like the API
 FRAMEWORKS = ("tensorflow", "jax", "jaxlib")
 BACKEND_NAMES = ("tensorflow", "jax")
