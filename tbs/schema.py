@@ -1,7 +1,9 @@
-"""The profile format every stage shares: its version, cell statuses, cell keys, columns, metadata.
+"""The profile format every stage shares: its version, cell statuses, cell keys, phases, metadata.
 
 The measuring stage writes it and every later stage reads it, so it sits below
-them all (beside ``errors`` and ``units``) rather than inside one stage.
+them all (beside ``errors`` and ``units``) rather than inside one stage, with its two
+siblings: the CSV files' columns (``tbs.columns``) and the layer graph's endpoint names
+(``tbs.endpoints``).
 
 Format history (``FORMAT_VERSION``, written to ``metadata.json`` as ``tbs_profile_version``):
 - 1: tbs 0.1 — summary.csv, model.csv, samples.csv, transfers.csv, metadata.json.
@@ -22,7 +24,7 @@ Format history (``FORMAT_VERSION``, written to ``metadata.json`` as ``tbs_profil
   (phase's) analysis; ``predictions.csv`` holds cells predicted for devices not measured,
   kept apart from measured ones; metadata ``capacity`` gives each device's largest batch that
   fits. Older versions read unchanged (their analysis columns blank).
-- 5: tbs 0.5 — every CSV value is checked on read (``COLUMN_KINDS``); model.csv gains ``overlapped_s``
+- 5: tbs 0.5 — every CSV value is checked on read (``tbs.columns.COLUMN_KINDS``); model.csv gains ``overlapped_s``
   (the whole model's calls back to back, free to overlap: throughput; samples of phase
   ``overlapped``); training rows gain ``in_step`` (False: a row the compiled train step never runs,
   an output activation whose logits the loss reads, shown and never summed) and TensorFlow's
@@ -32,10 +34,10 @@ Format history (``FORMAT_VERSION``, written to ``metadata.json`` as ``tbs_profil
   ``in_model_s`` and ``model_share`` (a layer's seconds and share inside a whole model predicted
   from its compiled program).
 - 6: tbs 0.6 — the layer graph's endpoints are names no layer or input can take: a model input is
-  ``/input/<its name>`` and the model's outputs go to ``/output`` (``GRAPH_INPUT``, ``GRAPH_OUTPUT``),
+  ``/input/<its name>`` and the model's outputs go to ``/output`` (``tbs.endpoints.GRAPH_INPUT``, ``GRAPH_OUTPUT``),
   where versions 1-5 wrote ``input:<its name>`` and ``output``, which were compared with layer names:
   a layer named ``output`` was taken for the model's output, one named ``input_proj`` for a model
-  input on the host. Older graphs read as if written so (``current_graph``), and a resumed profile
+  input on the host. Older graphs read as if written so (``tbs.endpoints.current_graph``), and a resumed profile
   goes on in the new names.
 - 7: tbs 0.7 (issue 32) — metadata.json's values are checked on read, not only its keys: every ``Metadata``
   field against its type, and the nested records against their own (``ModelRecord``,
@@ -45,7 +47,7 @@ Format history (``FORMAT_VERSION``, written to ``metadata.json`` as ``tbs_profil
   (they are checked the same way: a value of the wrong type was as damaged then).
 - Added since 7, without a new version (a reader fills a missing column blank, never 0): in-context times.
   ``ops.csv`` holds each (device, batch)'s few whole-model calls traced with the framework's profiler
-  (``OPS_COLUMNS``: each call's span, each op with the framework op paths it runs); summary.csv gains
+  (``tbs.columns.OPS_COLUMNS``: each call's span, each op with the framework op paths it runs); summary.csv gains
   ``in_model_s`` (a measured layer's seconds inside one traced whole-model call: the same meaning as
   predictions.csv's, measured here), ``model_share``, ``in_model_shared_s`` (the part of it from kernels
   shared with other layers) and ``in_model_note`` (why it differs from ``median_s``); model.csv gains
@@ -115,42 +117,6 @@ class CellKey(NamedTuple):
 MODEL_LAYER = "(model)"  # the layer column of whole-model samples
 LOSS_LAYER = "(loss)"  # the layer column of a training profile's loss row (category "loss")
 
-# The layer graph's endpoints. Keras refuses "/" in any layer, model or input name, and the capture
-# joins a nested call's names with it, so no call or input name starts with "/": these never meet one.
-GRAPH_INPUT = "/input"  # a model input's edges come from "/input/<input name>"; a split runner's Source tag
-GRAPH_OUTPUT = "/output"  # where the model's outputs go (the host in inference, the loss in training)
-
-
-def input_endpoint(name: str) -> str:
-    """The graph's name for the model input called ``name``."""
-    return f"{GRAPH_INPUT}/{name}"
-
-
-def is_input_endpoint(name: str) -> bool:
-    """Whether a graph edge's source is a model input (on the host), not a layer."""
-    return name.startswith(GRAPH_INPUT + "/")
-
-
-def current_graph(graph: Mapping[str, list[dict[str, Any]]], version: int,
-                  layers: set[str]) -> dict[str, list[dict[str, Any]]]:
-    """A profile's graph in this version's endpoint names (``layers``: its recorded layer names).
-
-    Versions before 6 wrote ``input:<name>`` and ``output``: a source so named is an input unless it is a
-    recorded layer, and an edge into ``output`` goes to the model's output, unless a layer is named
-    ``output``: then only that layer's own edge does (a layer never feeds itself).
-    """
-    if version >= 6:
-        return dict(graph)
-
-    def src(name: str) -> str:
-        return input_endpoint(name[len("input:"):]) if name.startswith("input:") and name not in layers else name
-
-    def dst(edge: Mapping[str, Any]) -> str:
-        sink = edge["dst"] == "output" and ("output" not in layers or edge["src"] == "output")
-        return GRAPH_OUTPUT if sink else edge["dst"]
-
-    return {batch: [dict(e, src=src(e["src"]), dst=dst(e)) for e in edges] for batch, edges in graph.items()}
-
 
 class Phase(str, Enum):
     """Which program a sample timed (samples.csv's ``phase``)."""
@@ -168,91 +134,11 @@ class Phase(str, Enum):
         return self.value
 
 
-# A training row's phases: seconds per call at its batch size; 0.0 where the layer has no such
-# phase (nothing to differentiate or update), blank where the phase failed.
-PHASE_COLUMNS = ["forward_s", "backward_s", "update_s"]
-TRAINING_MEMORY_COLUMNS = ["weight_bytes", "slot_bytes", "residual_bytes"]  # weight_bytes: inference rows too
 # How metadata's input_source starts when the inputs were not a file: "synthetic (seed 0)",
 # "in-memory arrays (sha256 ...)"; otherwise it is the --input file's path.
 SYNTHETIC_INPUT = "synthetic"
 ARRAYS_INPUT = "in-memory arrays"
 
-# The compiler's analysis of a cell's programs (totals over its phases) and what it implies
-# against the device's calibrated ceilings (tbs.profiles.roofline).
-COST_COLUMNS = ["flops", "bytes_accessed", "flops_unoptimized", "bytes_unoptimized", "transcendentals",
-                "temp_bytes", "cost_source"]
-ROOFLINE_COLUMNS = ["arithmetic_intensity", "achieved_flops_per_s", "achieved_bytes_per_s", "roofline_s",
-                    "fraction_of_roofline", "bound"]
-ANALYSIS_COLUMNS = [
-    "target", "layer", "device", "batch_size", "mode", "phase", "flops", "bytes_accessed", "flops_unoptimized",
-    "bytes_unoptimized", "transcendentals", "temp_bytes", "argument_bytes", "output_bytes", "cost_source", "reason",
-    "kernels",
-]
-# A cell tbs did not measure: a device from the catalog, its time scaled from a measured one.
-PREDICTION_COLUMNS = [
-    "target", "layer", "layer_type", "category", "device", "device_kind", "batch_size", "mode", "source",
-    "method", "predicted_from", "median_s", "low_s", "high_s", "per_sample_s", "usd_per_hour",
-    "cost_per_sample_usd", "price_source", "flops", "bytes_accessed", "bound", "reason", "in_model_s", "model_share",
-]
-PREDICTED = "predicted"  # predictions.csv's ``source``; measured rows never carry it
-
-SUMMARY_COLUMNS = [
-    "layer", "layer_type", "category", "device", "device_kind", "batch_size", "mode", "status",
-    "reason", "n", "iterations", "median_s", "p25_s", "p75_s", "ci_low_s", "ci_high_s",
-    "per_sample_s", "usd_per_hour", "cost_per_sample_usd", "first_call_s", "host",
-    "phases", *PHASE_COLUMNS, *TRAINING_MEMORY_COLUMNS, "grad_inputs", "in_step", "shared_with", "activation_bytes",
-    *COST_COLUMNS, *ROOFLINE_COLUMNS, "in_model_s", "model_share", "in_model_shared_s", "in_model_note",
-]
-MODEL_COLUMNS = [
-    "device", "device_kind", "batch_size", "mode", "status", "reason", "n", "iterations",
-    "median_s", "p25_s", "p75_s", "ci_low_s", "ci_high_s", "per_sample_s", "layers_sum_s",
-    "layers_sum_per_sample_s", "layers_measured", "overlapped_s", "dispatch_overhead_s", "input_copy_s",
-    "input_bytes", "first_call_s", "usd_per_hour", "cost_per_sample_usd", "host", *COST_COLUMNS,
-    "argument_bytes", "output_bytes", "memory_bytes", "peak_bytes", *ROOFLINE_COLUMNS,
-    "in_model_s", "model_share", "unowned_s", "traced_calls",
-]
-# A few whole-model calls per (device, batch) traced with the framework's profiler (kind "call": a call's span,
-# first op to last; kind "op": one op, ``parts`` = JSON [[framework op path, work], ...], what it runs).
-OPS_COLUMNS = ["device", "batch_size", "mode", "kind", "call", "name", "start_s", "duration_s", "parts", "tool"]
-TRANSFER_COLUMNS = ["src", "dst", "bytes", "sample", "seconds"]
-SAMPLE_COLUMNS = [
-    "target", "layer", "device", "batch_size", "mode", "sample", "iterations", "raw_seconds",
-    "harness_call_s", "harness_iteration_s", "seconds_per_call", "host", "phase",
-]
-
-# What every column may hold. A profile read from disk is checked against this (tbs.profiles.csvfiles):
-# a value of the wrong kind, an impossible time or an unknown status is a damaged row, refused with its
-# file and line, never drawn or summed. A column name means the same in every file.
-# count: a whole number >= 0; amount: a number >= 0; flag: True or False (blank where it does not apply)
-TEXT, COUNT, SECONDS, AMOUNT, FLAG = "text", "count", "seconds", "amount", "flag"
-_SECONDS = ["median_s", "p25_s", "p75_s", "ci_low_s", "ci_high_s", "per_sample_s", "first_call_s", *PHASE_COLUMNS,
-            "layers_sum_s", "layers_sum_per_sample_s", "overlapped_s", "dispatch_overhead_s", "input_copy_s",
-            "raw_seconds",
-            "harness_call_s", "harness_iteration_s", "seconds_per_call", "seconds", "low_s", "high_s", "roofline_s", "in_model_s",
-            "in_model_shared_s", "unowned_s", "start_s", "duration_s"]
-_COUNTS = ["batch_size", "n", "iterations", "sample", "layers_measured", "traced_calls", "call"]
-_AMOUNTS = ["usd_per_hour", "cost_per_sample_usd", *TRAINING_MEMORY_COLUMNS, "activation_bytes", "input_bytes",
-            "bytes", *[c for c in COST_COLUMNS if c != "cost_source"], "argument_bytes", "output_bytes",
-            "memory_bytes", "peak_bytes", *[c for c in ROOFLINE_COLUMNS if c not in ("bound", "roofline_s")],
-            "model_share"]
-COLUMN_KINDS: dict[str, str] = {**{c: SECONDS for c in _SECONDS}, **{c: COUNT for c in _COUNTS},
-                                **{c: AMOUNT for c in _AMOUNTS}, "in_step": FLAG}
-# Columns whose text must be one of a few words.
-COLUMN_VALUES: dict[str, tuple[str, ...]] = {
-    "status": tuple(s.value for s in Status), "mode": ("inference", "training"), "target": ("layer", "model"),
-    "phase": tuple(p.value for p in Phase), "bound": ("compute", "memory", "overhead"), "source": (PREDICTED,),
-    "kind": ("call", "op"),
-}
-# Per file, the columns a row cannot do without (what names its cell).
-REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
-    "summary": ("layer", "device", "batch_size", "mode", "status"),
-    "model": ("device", "batch_size", "mode", "status"),
-    "samples": ("target", "layer", "device", "batch_size", "mode", "iterations", "raw_seconds"),
-    "transfers": ("src", "dst", "bytes", "seconds"),
-    "analysis": ("target", "layer", "device", "batch_size", "mode"),
-    "predictions": ("layer", "device", "batch_size", "mode", "source"),
-    "ops": ("device", "batch_size", "mode", "kind", "call", "start_s", "duration_s"),
-}
 # Settings that change what a number means: a resumed profile must match them. (Merging
 # profiles from several machines checks the mode and, on one backend, XLA: profiles/merge.py.)
 MEASUREMENT_SETTINGS = ("mode", "xla", "input_source", "prices_usd_per_hour", "timing", "backend", "training")

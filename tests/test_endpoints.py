@@ -23,7 +23,8 @@ import tbs
 from tbs.place.graph import graph_tensors
 from tbs.place.result import _copies_in
 from tbs.place.solvers import Problem, Tensor, brute_force, is_chain, solve, solve_two_devices
-from tbs.schema import FORMAT_VERSION, GRAPH_OUTPUT, LOSS_LAYER, input_endpoint
+from tbs.endpoints import GRAPH_OUTPUT, input_endpoint
+from tbs.schema import FORMAT_VERSION, LOSS_LAYER
 from tbs.testing import FakeClock, FakeDevice, FakeLayer, FakeModel, fake_profile
 
 NAMES = ("input", "input_1", "output_proj", "output")

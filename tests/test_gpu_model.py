@@ -18,7 +18,7 @@ from tbs.predictions.gpu_predict import gpu_spec, precision_of
 from tbs.predictions.work import CONV, GEMM, MEMORY, RECURRENT, Work, work_of
 from tbs.schema import LayerRecord
 from tbs.profiles.profile import Profile
-from tbs.schema import MODEL_COLUMNS, PREDICTION_COLUMNS, SAMPLE_COLUMNS, SUMMARY_COLUMNS
+from tbs.columns import MODEL_COLUMNS, PREDICTION_COLUMNS, SAMPLE_COLUMNS, SUMMARY_COLUMNS
 
 
 def seconds(work: Work, spec: GpuSpec, precision: str = "fp32", model: GpuModel | None = None) -> float:

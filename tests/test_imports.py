@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIR = ROOT / "tbs"
 
-FOUNDATION = ("tbs.errors", "tbs.units", "tbs.schema")
+FOUNDATION = ("tbs.errors", "tbs.units", "tbs.schema", "tbs.columns", "tbs.endpoints")
 STAGES = ("tbs.backends", "tbs.load", "tbs.capture", "tbs.measure", "tbs.profiles", "tbs.predictions", "tbs.cost",
           "tbs.compare", "tbs.place", "tbs.report")
 TOP = ("tbs", "tbs.api", "tbs.loading", "tbs.verbs", "tbs.run", "tbs.checks", "tbs.progress", "tbs.cli", "tbs.cluster", "tbs.__main__", "tbs.testing")

@@ -15,7 +15,7 @@ from tbs.profiles.profile import Profile
 from tbs.report import console, html
 from tbs.report.groups import DEFAULT_TOP, blocks, fold, layer_groups, name_block
 from tbs.report.page import ReportData
-from tbs.schema import MODEL_COLUMNS, SAMPLE_COLUMNS, SUMMARY_COLUMNS
+from tbs.columns import MODEL_COLUMNS, SAMPLE_COLUMNS, SUMMARY_COLUMNS
 
 # Real layer names (and classes) of keras.applications models, a slice of each.
 RESNET50 = [("conv1_pad", "ZeroPadding2D"), ("conv1_conv", "Conv2D"), ("conv1_bn", "BatchNormalization"),

@@ -13,7 +13,7 @@ import pytest
 from tbs.profiles.profile import Profile
 from tbs.report import console, figures, html
 from tbs.report.page import ReportData
-from tbs.schema import MODEL_COLUMNS, SAMPLE_COLUMNS, SUMMARY_COLUMNS
+from tbs.columns import MODEL_COLUMNS, SAMPLE_COLUMNS, SUMMARY_COLUMNS
 
 LAYERS = [("rescale", "Rescaling", "preprocessing", False), ("random_flip", "RandomFlip", "augmentation", True),
           ("conv", "Conv2D", "conv", False), ("dropout", "Dropout", "regularization", True),

@@ -13,7 +13,7 @@ from tbs.profiles.profile import Profile
 from tbs.profiles.roofline import with_roofline
 from tbs.report import console, html, predicted, roofline
 from tbs.report.page import ReportData
-from tbs.schema import MODEL_COLUMNS, PREDICTION_COLUMNS, SAMPLE_COLUMNS, SUMMARY_COLUMNS
+from tbs.columns import MODEL_COLUMNS, PREDICTION_COLUMNS, SAMPLE_COLUMNS, SUMMARY_COLUMNS
 
 # name -> (FLOPs after XLA, bytes after, FLOPs before, bytes before); flatten has no FLOPs (pure data movement).
 LAYERS = {"conv": (2e9, 1e8, 3e9, 4e8), "pool": (1e6, 5e7, 2e6, 1e8), "flatten": (None, 1e6, None, 2e6)}

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from tbs.cli import cli
 
 from tbs.measure.in_context import SUMMARY_IN_MODEL
-from tbs.schema import ROOFLINE_COLUMNS
+from tbs.columns import ROOFLINE_COLUMNS
 
 from conftest import FAST, cli_in_one_process, native_log_lines
 

@@ -116,7 +116,7 @@ class CalibrationProgram:
     bytes: float
 
 
-Source = tuple[str, int]  # where a tensor comes from: (schema.GRAPH_INPUT, i) for model input i, or (call name, output index)
+Source = tuple[str, int]  # where a tensor comes from: (endpoints.GRAPH_INPUT, i) for model input i, or (call name, output index)
 
 
 @dataclass

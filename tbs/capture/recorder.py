@@ -25,7 +25,8 @@ import numpy as np
 from tbs.backends import keras as _keras
 from tbs.backends.base import Device
 from tbs.capture.categories import categorize
-from tbs.schema import GRAPH_OUTPUT, LayerRecord, input_endpoint
+from tbs.endpoints import GRAPH_OUTPUT, input_endpoint
+from tbs.schema import LayerRecord
 from tbs.backends.tensors import (dtype_name, flatten, fresh_if_passed_through, is_host_strings, iter_tensors,
                          tensor_bytes, tensor_shape)
 

@@ -16,7 +16,8 @@ import numpy as np
 from tbs.backends.base import ProgramCost
 from tbs.capture.recorder import LayerCall
 from tbs.measure import rows
-from tbs.schema import ANALYSIS_COLUMNS, CellKey, Phase
+from tbs.columns import ANALYSIS_COLUMNS
+from tbs.schema import CellKey, Phase
 
 FORWARD, BACKWARD, UPDATE = Phase.FORWARD.value, Phase.BACKWARD.value, Phase.UPDATE.value
 FORWARD_BACKWARD = Phase.FORWARD_BACKWARD.value

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from tbs.backends.base import Device
 from tbs.capture.recorder import Capture, LayerCall
 from tbs.load.train_setup import TrainingSetup
-from tbs.schema import GRAPH_OUTPUT
+from tbs.endpoints import GRAPH_OUTPUT
 
 
 @dataclass

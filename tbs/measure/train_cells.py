@@ -33,7 +33,8 @@ from tbs.measure.inference import invoker
 from tbs.measure.skipped import SkippedActivation, skipped_activations, without_activation
 from tbs.measure.stats import Summary
 from tbs.measure.timing import Measurement, Runner
-from tbs.schema import GRAPH_OUTPUT, LOSS_LAYER, LayerRecord, Phase, Status
+from tbs.endpoints import GRAPH_OUTPUT
+from tbs.schema import LOSS_LAYER, LayerRecord, Phase, Status
 
 FORWARD, BACKWARD, FORWARD_BACKWARD = Phase.FORWARD.value, Phase.BACKWARD.value, Phase.FORWARD_BACKWARD.value
 UPDATE, STEP = Phase.UPDATE.value, Phase.STEP.value

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from tbs.place.solvers import Tensor
-from tbs.schema import GRAPH_OUTPUT, LOSS_LAYER, is_input_endpoint
+from tbs.endpoints import GRAPH_OUTPUT, is_input_endpoint
+from tbs.schema import LOSS_LAYER
 
 
 def bypass(edges: list[dict[str, Any]], skipped: list[str]) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from tbs.cost.reprice import usd_per_batch
 from tbs.place.data import PlacementData
-from tbs.schema import is_input_endpoint
+from tbs.endpoints import is_input_endpoint
 
 
 TRAINING_NOTE = ("training: forward, backward and update of each layer on one device; "

@@ -29,7 +29,7 @@ from typing import Callable
 
 import numpy as np
 
-from tbs.schema import GRAPH_OUTPUT, is_input_endpoint
+from tbs.endpoints import GRAPH_OUTPUT, is_input_endpoint
 
 INFEASIBLE = math.inf
 

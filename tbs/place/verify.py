@@ -39,7 +39,8 @@ from tbs.measure.stats import Summary
 from tbs.measure.timing import Interleaved, Measurement, Timer, TimingConfig
 from tbs.place.result import Recommendation
 from tbs.profiles.profile import Profile
-from tbs.schema import ARRAYS_INPUT, GRAPH_INPUT, LOSS_LAYER, SYNTHETIC_INPUT
+from tbs.endpoints import GRAPH_INPUT
+from tbs.schema import ARRAYS_INPUT, LOSS_LAYER, SYNTHETIC_INPUT
 
 from tbs.backends.base import Source  # (call name or GRAPH_INPUT, flat index)
 

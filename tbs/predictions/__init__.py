@@ -16,7 +16,7 @@ from tbs.errors import TbsError
 from tbs.predictions.catalog import CatalogDevice, load_catalog, resolve
 from tbs.predictions.predictor import fitted_achievable, predict_rows
 from tbs.profiles.profile import Profile
-from tbs.schema import PREDICTION_COLUMNS
+from tbs.columns import PREDICTION_COLUMNS
 
 __all__ = ["predict", "load_catalog", "CatalogDevice"]
 

@@ -31,7 +31,8 @@ from tbs.predictions.catalog import CatalogDevice
 from tbs.predictions.gpu_predict import gpu_rows, not_predicted
 from tbs.profiles.profile import Profile
 from tbs.profiles.roofline import bound_of, ceilings
-from tbs.schema import MODEL_LAYER, PREDICTED, USABLE
+from tbs.columns import PREDICTED
+from tbs.schema import MODEL_LAYER, USABLE
 
 METHOD = "roofline scaling"
 # The fraction of a datasheet peak compiled programs reach (cuBLAS GEMMs ~70% of dense peak,

@@ -22,7 +22,8 @@ import numpy as np
 import pandas as pd
 
 from tbs.errors import ProfileError, warn
-from tbs.schema import COLUMN_KINDS, COLUMN_VALUES, COUNT, FLAG, REQUIRED_COLUMNS, SECONDS, USABLE
+from tbs.columns import COLUMN_KINDS, COLUMN_VALUES, COUNT, FLAG, REQUIRED_COLUMNS, SECONDS
+from tbs.schema import USABLE
 
 FIX = ("correct that line, or delete it and run tbs profile --resume to measure that cell again "
        "(or restore the file from a copy)")

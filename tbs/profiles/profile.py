@@ -22,9 +22,10 @@ from tbs.profiles.files import set_aside, write_csv_atomic, write_json_atomic
 from tbs.profiles.metadata import check_metadata
 from tbs.profiles.roofline import with_roofline
 from tbs.measure.in_context import with_in_model
-from tbs.schema import (ANALYSIS_COLUMNS, DEFAULT_BACKEND, FORMAT_VERSION, MODEL_COLUMNS, OPS_COLUMNS, PREDICTION_COLUMNS,
-                        READABLE_VERSIONS, SAMPLE_COLUMNS, SUMMARY_COLUMNS, TRANSFER_COLUMNS, LayerRecord,
-                        Metadata, ProfileStatus, check_declared, current_graph)
+from tbs.columns import (ANALYSIS_COLUMNS, MODEL_COLUMNS, OPS_COLUMNS, PREDICTION_COLUMNS, SAMPLE_COLUMNS,
+                         SUMMARY_COLUMNS, TRANSFER_COLUMNS)
+from tbs.endpoints import current_graph
+from tbs.schema import DEFAULT_BACKEND, FORMAT_VERSION, READABLE_VERSIONS, LayerRecord, Metadata, ProfileStatus, check_declared
 
 FILES = {"summary": SUMMARY_COLUMNS, "model": MODEL_COLUMNS, "samples": SAMPLE_COLUMNS, "transfers": TRANSFER_COLUMNS,
          "analysis": ANALYSIS_COLUMNS, "predictions": PREDICTION_COLUMNS, "ops": OPS_COLUMNS}

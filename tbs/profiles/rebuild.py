@@ -17,7 +17,8 @@ import pandas as pd
 from tbs.errors import ProfileError
 from tbs.measure.transfers import fit_line, pair_key
 from tbs.profiles.csvfiles import read_table
-from tbs.schema import MODEL_COLUMNS, SUMMARY_COLUMNS, TRANSFER_COLUMNS, Metadata
+from tbs.columns import MODEL_COLUMNS, SUMMARY_COLUMNS, TRANSFER_COLUMNS
+from tbs.schema import Metadata
 
 
 def rebuilt_metadata(directory: Path, metadata: dict[str, Any]) -> tuple[dict[str, Any], str]:

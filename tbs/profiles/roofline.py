@@ -15,7 +15,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from tbs.schema import ROOFLINE_COLUMNS, LayerRecord
+from tbs.columns import ROOFLINE_COLUMNS
+from tbs.schema import LayerRecord
 
 # Below this fraction of the roofline, neither FLOPs nor bytes explain the time.
 OVERHEAD_FRACTION = 0.2

@@ -27,7 +27,8 @@ from tbs.measure.request import ProfileRequest, Progress
 from tbs.measure.timing import Interrupted, TimingConfig
 from tbs.profiles.profile import Profile, load_profile
 from tbs.profiles.store import ProfileStore, finalize
-from tbs.schema import FORMAT_VERSION, GRAPH_OUTPUT, MODEL_LAYER, ProfileStatus, input_endpoint
+from tbs.endpoints import GRAPH_OUTPUT, input_endpoint
+from tbs.schema import FORMAT_VERSION, MODEL_LAYER, ProfileStatus
 
 Script = Mapping[str, float | Callable[[int], float]]  # seconds per call, or a function of the batch size
 HARNESS = "(harness)"  # the target of the empty loop every device times to subtract its own cost

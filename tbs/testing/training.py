@@ -18,7 +18,8 @@ from tbs.cost.reprice import row_pricer
 from tbs.measure.transfers import pair_key
 from tbs.profiles.profile import Profile
 from tbs.profiles.store import ProfileStore, finalize
-from tbs.schema import FORMAT_VERSION, GRAPH_OUTPUT, LOSS_LAYER, MODEL_LAYER, SYNTHETIC_INPUT, CellKey, Status
+from tbs.endpoints import GRAPH_OUTPUT
+from tbs.schema import FORMAT_VERSION, LOSS_LAYER, MODEL_LAYER, SYNTHETIC_INPUT, CellKey, Status
 from tbs.testing.fakes import INPUT_WIDTH, FakeClock, FakeDevice, FakeLayer, FakeModel, fake_capture
 
 Seconds = float | Callable[[int], float] | None  # None: the phase failed (a blank cell, never 0)

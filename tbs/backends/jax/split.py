@@ -18,7 +18,7 @@ from tbs.backends.base import PlacedStep, Runner, Source
 from tbs.backends.jax.environment import jax as _jax
 from tbs.backends.jax.training import is_float, pure_call
 from tbs.backends.tensors import iter_tensors, replace_tensors
-from tbs.schema import GRAPH_INPUT
+from tbs.endpoints import GRAPH_INPUT
 
 
 class _Call:

@@ -17,7 +17,7 @@ from tbs.backends.base import Device, PlacedStep, Runner, Source
 from tbs.backends.tensorflow import loop
 from tbs.backends.tensorflow.environment import tensorflow as _tensorflow
 from tbs.backends.tensors import iter_tensors, replace_tensors
-from tbs.schema import GRAPH_INPUT
+from tbs.endpoints import GRAPH_INPUT
 
 
 def _placed(step: PlacedStep, tensors: list[Any]) -> list[Any]:
