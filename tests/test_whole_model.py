@@ -204,3 +204,23 @@ def test_the_shipped_whole_model_band_is_the_benchmarks_and_holds_85_percent_on_
     assert band_percent(["GPU model of the fused whole-model program: 3 GEMMs; 95% band"]) == "95%"
     assert band_percent(["GPU model (NeuSight-style)", None]) == "90%"
     assert band_percent(["GPU model of the fused whole-model program", "roofline scaling"]) == "95%/90%"
+
+
+def test_the_published_training_rows_are_one_gpu_steps_with_their_optimizer_precision_and_licence():
+    """whole_training.csv: the 1-GPU rows of NVIDIA's training tables, each step batch / throughput."""
+    from pathlib import Path
+
+    table = pd.read_csv(Path(__file__).resolve().parent.parent / "tbs/predictions/reference/whole_training.csv")
+    assert set(table["precision"]) == {"fp16", "fp32", "tf32"} and table["xla"].all()
+    assert table[["source_path", "commit", "table", "license", "optimizer"]].notna().all().all()
+    assert table["step_s"].to_numpy() == pytest.approx((table["batch_size"] / table["throughput_per_s"]).to_numpy())
+    assert set(table["model"]) == {"bert_large", "unet_medical", "resnet50"}  # no pre-training (LAMB) rows
+    assert set(table.loc[table["classifier"], "model"]) == {"resnet50"}
+    row = table.query("device == 'v100' and precision == 'fp16' and batch_size == 24 and throughput_per_s > 55")
+    assert len(row) == 1 and row["framework"].iloc[0].startswith("TensorFlow 20.06 (TF1)")  # DGX-2's SQuAD table
+    tf2_a100 = table.query("device == 'a100-80gb' and model == 'bert_large'").set_index("precision")
+    assert tf2_a100.loc["tf32", ["batch_size", "throughput_per_s"]].tolist() == [38, 43.9]  # "mixed precision, TF32"
+    resnet = table.query("model == 'resnet50' and device == 'v100' and precision == 'fp32'")
+    assert sorted(resnet["throughput_per_s"]) == [412.0, 432.0] and set(resnet["batch_size"]) == {128}
+    unet = table.query("model == 'unet_medical' and device == 'a100-80gb' and batch_size == 8").set_index("precision")
+    assert unet.loc["fp16", "throughput_per_s"] == 141.03 and unet.loc["tf32", "throughput_per_s"] == 63.33
