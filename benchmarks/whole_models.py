@@ -1,5 +1,7 @@
 """Keras rebuilds (random weights) of the models in tbs/predictions/reference/whole_models.csv, and their fused
-whole-model programs' kernels as tbs records them (compiled for this CPU, analysed with tbs.backends.hlo_kernels).
+whole-model programs' kernels as tbs records them (compiled for this CPU, analysed with tbs.backends.hlo_kernels):
+the inference forward (``kernels``) and, for whole_training.csv, one train step (``train_kernels``: tbs's own
+TensorFlow train-step program, the one a training profile's model cell analyses).
 
 Every line is written here from the published architectures' facts (layer sizes, kernel sizes, strides); no
 source code is copied. ResNet-50 is keras.applications' (v1: the stride on the first 1x1 convolution of a
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -17,6 +20,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 CACHE = Path(os.environ.get("TBS_WHOLE_CACHE", "/tmp/tbs_whole_kernels"))
+TRAIN_CACHE = Path(os.environ.get("TBS_WHOLE_TRAIN_CACHE", "/tmp/tbs_whole_train_kernels"))
 BERT = {"bert_base": (12, 768), "bert_large": (24, 1024)}
 VOCABULARY = 30522
 
@@ -105,6 +109,21 @@ def build(model: str, sequence: int | None):
 SCALED = ("m", "count", "bytes", "flops")
 
 
+def extrapolated(one: list[dict], two: list[dict], batch: int) -> list[dict] | None:
+    """The kernels at ``batch`` from the programs at batch 1 and 2, each figure affine in the batch (the weights'
+    bytes stay, the activations' grow); None where the two programs' kernels differ."""
+    if [k["kind"] for k in one] != [k["kind"] for k in two]:
+        return None
+    out = []
+    for a, b in zip(one, two):
+        grown = dict(b)
+        for name in SCALED:
+            if name in a:
+                grown[name] = a[name] + (b[name] - a[name]) * (batch - 1)
+        out.append(grown)
+    return out
+
+
 def kernels(model: str, sequence: int | None, batch: int, half: bool) -> list[dict]:
     """The whole model's fused program's kernels at ``batch`` (float16 compute with ``half``).
 
@@ -115,16 +134,8 @@ def kernels(model: str, sequence: int | None, batch: int, half: bool) -> list[di
     if batch <= 2:
         return compiled_kernels(model, sequence, batch, half)
     one, two = (compiled_kernels(model, sequence, b, half) for b in (1, 2))
-    if [k["kind"] for k in one] != [k["kind"] for k in two]:
-        return compiled_kernels(model, sequence, batch, half)
-    out = []
-    for a, b in zip(one, two):
-        grown = dict(b)
-        for name in SCALED:
-            if name in a:
-                grown[name] = a[name] + (b[name] - a[name]) * (batch - 1)
-        out.append(grown)
-    return out
+    found = extrapolated(one, two, batch)
+    return found if found is not None else compiled_kernels(model, sequence, batch, half)
 
 
 def cached(model: str, sequence: int | None, half: bool) -> bool:
@@ -156,6 +167,128 @@ def compiled_kernels(model: str, sequence: int | None, batch: int, half: bool) -
         raise RuntimeError(f"no kernels for {model} at batch {batch}: {cost.reason}")
     found = json.loads(cost.kernels)
     CACHE.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(found))
+    return found
+
+
+# The optimizer each published training run used, as Keras has it: BERT's SQuAD fine-tuning Adam with weight decay
+# (AdamWeightDecay), U-Net Medical's Adam, ResNet-50 v1.5's SGD with momentum 0.875.
+OPTIMIZERS = {"bert": ("AdamW", {"weight_decay": 0.01}), "unet_medical": ("Adam", {}),
+              "resnet50": ("SGD", {"momentum": 0.875})}
+
+
+def optimizer_of(model: str, loss_scale: bool):
+    """A fresh optimizer for ``model``'s train step (wrapped in dynamic loss scaling with ``loss_scale``, as Keras's
+    compile() wraps a mixed_float16 model's and as the published AMP runs did)."""
+    import keras
+
+    name, options = OPTIMIZERS["bert" if model in BERT else model]
+    optimizer = getattr(keras.optimizers, name)(learning_rate=1e-4, **options)
+    return keras.optimizers.LossScaleOptimizer(optimizer) if loss_scale else optimizer
+
+
+def train_data(model: str, network, batch: int) -> tuple[list, list, object]:
+    """(inputs, targets, loss) of one published train step: SQuAD's span loss (start and end positions), U-Net's
+    cross-entropy plus Dice loss over one-hot masks, ResNet-50's label-smoothed (0.1) cross-entropy."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    ops, rng = keras.ops, np.random.default_rng(0)
+    shape = (batch, *network.inputs[0].shape[1:])
+    out = network.outputs[0].shape
+    if model in BERT:
+        ids = tf.constant(rng.integers(0, VOCABULARY, shape).astype("int32"))
+        positions = [tf.constant(rng.integers(0, shape[1], batch).astype("int32")) for _ in range(2)]
+
+        def span(targets, logits):
+            logits = ops.cast(logits, "float32")
+            ce = keras.losses.sparse_categorical_crossentropy
+            return (ops.mean(ce(targets[0], logits[..., 0], from_logits=True))
+                    + ops.mean(ce(targets[1], logits[..., 1], from_logits=True))) / 2
+        return [ids], positions, span
+    images = tf.constant(rng.random(shape, "float32"))
+    labels = tf.one_hot(rng.integers(0, out[-1], (batch, *out[1:-1])), out[-1])
+    if model == "resnet50":
+        smoothed = keras.losses.CategoricalCrossentropy(label_smoothing=0.1)
+        return [images], [labels], lambda targets, probabilities: smoothed(targets[0], ops.cast(probabilities, "float32"))
+
+    def ce_dice(targets, logits):
+        logits = ops.cast(logits, "float32")
+        ce = ops.mean(keras.losses.categorical_crossentropy(targets[0], logits, from_logits=True))
+        predict, axes = ops.softmax(logits), tuple(range(1, len(out) - 1))
+        dice = (2 * ops.sum(predict * targets[0], axes) + 1e-6) / (ops.sum(predict + targets[0], axes) + 1e-6)
+        return ce + ops.mean(1 - dice)
+    return [images], [labels], ce_dice
+
+
+def train_path(model: str, sequence: int | None, batch: int, half: bool, loss_scale: bool) -> Path:
+    scaled = "-lossscale" if loss_scale else ""
+    return TRAIN_CACHE / f"{model}-{sequence or 0}-{batch}-{'fp16' if half else 'fp32'}{scaled}.json"
+
+
+def train_kernels(model: str, sequence: int | None, batch: int, half: bool, loss_scale: bool = False) -> list[dict]:
+    """One train step's program's kernels at ``batch``: compiled at batch 1 and 2, extrapolated kernel by kernel
+    like ``kernels`` (the optimizer's update kernels do not grow with the batch: both programs have them alike)."""
+    if batch <= 2 or train_path(model, sequence, batch, half, loss_scale).exists():
+        return compiled_train_kernels(model, sequence, batch, half, loss_scale)
+    one, two = (compiled_train_kernels(model, sequence, b, half, loss_scale) for b in (1, 2))
+    return aligned(one, two, batch)
+
+
+def aligned(one: list[dict], two: list[dict], batch: int) -> list[dict]:
+    """``extrapolated`` where the two programs differ by a few kernels (a train step's batch-2 program has a layout
+    copy or two the batch-1 program does without): the kernels are matched by kind in order (difflib), the matched
+    ones extrapolated, a kernel only the batch-2 program has scaled with the batch, one only batch 1 has dropped."""
+    import difflib
+
+    def key(kernel: dict) -> tuple[str, str]:  # its kind and op, the instance suffix of its scope dropped
+        head, _, rest = str(kernel.get("op", "")).partition("/")
+        return kernel["kind"], re.sub(r"_\d+$", "", head) + "/" + rest
+
+    matcher = difflib.SequenceMatcher(a=[key(k) for k in one], b=[key(k) for k in two], autojunk=False)
+    out: list[dict] = []
+    for tag, a0, a1, b0, b1 in matcher.get_opcodes():
+        if tag == "equal":
+            out += extrapolated(one[a0:a1], two[b0:b1], batch) or []
+            continue
+        for kernel in two[b0:b1]:
+            out.append(dict(kernel, **{n: kernel[n] * batch / 2 for n in SCALED if n in kernel and n != "count"}))
+    return out
+
+
+def train_cached(model: str, sequence: int | None, half: bool, loss_scale: bool = False) -> bool:
+    """Whether a train step's batch-1 and batch-2 programs are compiled already."""
+    return all(train_path(model, sequence, b, half, loss_scale).exists() for b in (1, 2))
+
+
+def compiled_train_kernels(model: str, sequence: int | None, batch: int, half: bool,
+                           loss_scale: bool = False) -> list[dict]:
+    """The kernels of one train step at ``batch`` as tbs records a TensorFlow training profile's model cell
+    (tbs.backends.tensorflow.training.train_step: forward with training=True, loss, gradients of every trainable
+    variable, the optimizer's update, one XLA program), cached on disk."""
+    path = train_path(model, sequence, batch, half, loss_scale)
+    if path.exists():
+        return json.loads(path.read_text())
+    from types import SimpleNamespace
+
+    import keras
+
+    from tbs.backends.tensorflow.training import train_step
+
+    keras.mixed_precision.set_global_policy("mixed_float16" if half else "float32")
+    try:
+        network = build(model, sequence)
+        inputs, targets, loss = train_data(model, network, batch)
+        runner = train_step(SimpleNamespace(tf_name="/CPU:0", kind="cpu"), network, inputs, lambda flat: flat[0],
+                            targets, loss, lambda: optimizer_of(model, loss_scale), xla=True)
+        cost = runner.costs()["step"]
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    if not cost.kernels:
+        raise RuntimeError(f"no kernels for a {model} train step at batch {batch}: {cost.reason}")
+    found = json.loads(cost.kernels)
+    TRAIN_CACHE.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(found))
     return found
 

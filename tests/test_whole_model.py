@@ -132,6 +132,42 @@ def test_a_programs_kernels_pay_the_back_to_back_launch_interval_at_the_clock_a_
         predict_whole(gemm, a100, "fp16", model, 0.0).seconds)
 
 
+GRADIENT_HLO = """HloModule g
+
+ENTRY %main (x: f32[2,32,32,16], k: f32[3,3,16,32], xt: f32[16,32,32,2], dyt: f32[16,16,2,32]) -> f32[16,3,3,32] {
+  %x = f32[2,32,32,16]{3,2,1,0} parameter(0)
+  %k = f32[3,3,16,32]{3,2,1,0} parameter(1)
+  %xt = f32[16,32,32,2]{3,2,1,0} parameter(2)
+  %dyt = f32[16,16,2,32]{3,2,1,0} parameter(3)
+  %y = f32[2,16,16,32]{3,2,1,0} convolution(%x, %k), window={size=3x3 stride=2x2 pad=0_1x0_1}, dim_labels=b01f_01io->b01f
+  ROOT %dw = f32[16,3,3,32]{3,2,1,0} convolution(%xt, %dyt), window={size=16x16 pad=0_1x0_1 rhs_dilate=2x2}, dim_labels=b01f_01io->b01f
+}
+"""
+
+
+def test_a_weights_gradient_convolution_is_priced_as_its_forwards_weight_gradient_not_as_a_huge_window():
+    """XLA writes a convolution's weights' gradient as a convolution whose kernel is the output's gradient (a
+    16x16 window, the batch as its 2 input channels): priced as that, it had no split-K and no tensor cores (2
+    channels) and a U-Net train step's first filter gradient took 11 ms on an A100 (0.4 GFLOP). It is recorded as
+    the forward convolution it differentiates and priced as the GPU model prices a layer's weight gradient."""
+    from tbs.predictions.gpu_model import frame_of, predict_frame
+    from tbs.predictions.whole import program_model
+    from tbs.predictions.work import CONV, Work
+
+    forward, gradient = program_kernels(GRADIENT_HLO)
+    assert (forward["m"], forward["n"], forward["k"], forward["window"], forward["stride"]) == (512, 32, 144, 9, 2)
+    assert "gradient" not in forward
+    assert gradient["gradient"] == "weights" and gradient["flops"] == forward["flops"]
+    assert (gradient["m"], gradient["n"], gradient["k"], gradient["window"], gradient["stride"], gradient["channels"]) \
+        == (512, 32, 144, 9, 2, 16)  # the forward's GEMM: M = batch x positions, K = 3x3 x 16 input channels
+    a100, model = gpu_spec(load_catalog()["a100-40gb"]), fitted_model()
+    found = predict_whole([gradient], a100, "fp16", model, host_overhead_s=0.0)
+    layer = Work(CONV, gradient["flops"], gradient["bytes"], m=512, n=32, k=144, window=9, stride=2,
+                 phase="backward_weight")
+    expected = predict_frame(frame_of([layer], ["fp16"], [a100]), program_model(model))[0]
+    assert found.seconds == pytest.approx(expected)
+
+
 def test_a_profile_records_its_whole_program_and_a_gpu_is_predicted_from_it(tmp_path):
     import tbs
 
@@ -204,3 +240,23 @@ def test_the_shipped_whole_model_band_is_the_benchmarks_and_holds_85_percent_on_
     assert band_percent(["GPU model of the fused whole-model program: 3 GEMMs; 95% band"]) == "95%"
     assert band_percent(["GPU model (NeuSight-style)", None]) == "90%"
     assert band_percent(["GPU model of the fused whole-model program", "roofline scaling"]) == "95%/90%"
+
+
+def test_the_published_training_rows_are_one_gpu_steps_with_their_optimizer_precision_and_licence():
+    """whole_training.csv: the 1-GPU rows of NVIDIA's training tables, each step batch / throughput."""
+    from pathlib import Path
+
+    table = pd.read_csv(Path(__file__).resolve().parent.parent / "tbs/predictions/reference/whole_training.csv")
+    assert set(table["precision"]) == {"fp16", "fp32", "tf32"} and table["xla"].all()
+    assert table[["source_path", "commit", "table", "license", "optimizer"]].notna().all().all()
+    assert table["step_s"].to_numpy() == pytest.approx((table["batch_size"] / table["throughput_per_s"]).to_numpy())
+    assert set(table["model"]) == {"bert_large", "unet_medical", "resnet50"}  # no pre-training (LAMB) rows
+    assert set(table.loc[table["classifier"], "model"]) == {"resnet50"}
+    row = table.query("device == 'v100' and precision == 'fp16' and batch_size == 24 and throughput_per_s > 55")
+    assert len(row) == 1 and row["framework"].iloc[0].startswith("TensorFlow 20.06 (TF1)")  # DGX-2's SQuAD table
+    tf2_a100 = table.query("device == 'a100-80gb' and model == 'bert_large'").set_index("precision")
+    assert tf2_a100.loc["tf32", ["batch_size", "throughput_per_s"]].tolist() == [38, 43.9]  # "mixed precision, TF32"
+    resnet = table.query("model == 'resnet50' and device == 'v100' and precision == 'fp32'")
+    assert sorted(resnet["throughput_per_s"]) == [412.0, 432.0] and set(resnet["batch_size"]) == {128}
+    unet = table.query("model == 'unet_medical' and device == 'a100-80gb' and batch_size == 8").set_index("precision")
+    assert unet.loc["fp16", "throughput_per_s"] == 141.03 and unet.loc["tf32", "throughput_per_s"] == 63.33

@@ -14,7 +14,8 @@ cuDNN's epilogue (so the memory passes counted lean high; docs/predictions.md).
 
 Each kernel is a plain dict (it travels in a profile's ``analysis.csv`` as JSON): ``kind`` (gemm,
 conv or memory), ``bytes``, ``flops``, the GEMM's ``m``, ``n``, ``k``, ``count`` and for a
-convolution its ``window``, ``stride`` and input ``channels``, and ``op``: the framework op (its
+convolution its ``window``, ``stride`` and input ``channels`` (a weights' gradient as its forward's, with
+``gradient``: ``weights``), and ``op``: the framework op (its
 ``op_name``, which carries the Keras layer's name scope) that the kernel came from, ``hlo`` its
 instruction, and ``repeat`` where a loop runs it more than once.
 """
@@ -117,6 +118,9 @@ def _convolution(instruction: dict[str, Any], shapes: dict[str, str]) -> dict[st
     window = math.prod(d for d, label in zip(kernel, kernel_labels) if label not in "io") or 1
     n = out[out_labels.index("f")]
     m = math.prod(out) // max(n, 1)
+    positions = math.prod(d for d, label in zip(out, out_labels) if label.isdigit()) or 1
+    if window > positions:  # its "kernel" is an output's gradient and its output a kernel: the weights' gradient
+        return _weights_gradient(attrs, out[out_labels.index("b")], n, m, window, channels, positions)
     stride = re.search(r"stride=(\d+)", attrs)
     # A transposed convolution (its input dilated by the stride): a GPU library runs it as a convolution's input
     # gradient, which skips the inserted zeros: each output position meets window / dilation of the kernel's taps.
@@ -125,6 +129,19 @@ def _convolution(instruction: dict[str, Any], shapes: dict[str, str]) -> dict[st
     return {"kind": "conv", "m": int(m), "n": int(n), "k": int(window * channels), "count": 1,
             "flops": 2.0 * m * n * window * channels, "window": int(window), "stride": int(stride.group(1)) if stride else 1,
             "channels": int(channels)}
+
+
+def _weights_gradient(attrs: str, in_channels: int, n: int, m: int, window: int, channels: int,
+                      positions: int) -> dict[str, Any]:
+    """A convolution's weights' gradient (XLA writes it as a convolution of the input with the output's gradient as
+    the kernel: a window the output's size, the batch as its input channels) as the forward convolution it is the
+    gradient of, marked ``gradient: weights``: a GPU library runs it as that convolution's weight-gradient GEMM
+    (M = window x input channels, N = filters, K = batch x output positions, split over K), on tensor cores where
+    the forward's input channels allow, not as a convolution whose input has the batch as its channels."""
+    dilation = re.search(r"rhs_dilate=(\d+)", attrs)  # the forward's stride dilates the output's gradient
+    return {"kind": "conv", "m": int(window * channels), "n": int(n), "k": int(m), "count": 1,
+            "flops": 2.0 * m * n * window * channels, "window": int(positions),
+            "stride": int(dilation.group(1)) if dilation else 1, "channels": int(in_channels), "gradient": "weights"}
 
 
 def _compute_inside(name: str, computations: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:

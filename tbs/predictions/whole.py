@@ -86,7 +86,8 @@ def kernel_work(kernel: dict[str, Any]) -> Work:
     if kernel.get("kind") == CONV:
         window, stride, channels = (int(kernel.get(c, 1)) for c in ("window", "stride", "channels"))
         return Work(CONV, flops, moved, m=int(kernel["m"]), n=int(kernel["n"]), k=int(kernel["k"]), window=window,
-                    stride=stride, winograd=window == 9 and stride == 1, tensor_core_aligned=channels % 8 == 0)
+                    stride=stride, winograd=window == 9 and stride == 1, tensor_core_aligned=channels % 8 == 0,
+                    phase="backward_weight" if kernel.get("gradient") == "weights" else "forward")
     return Work(MEMORY, flops, moved)
 
 
