@@ -260,3 +260,21 @@ def test_the_published_training_rows_are_one_gpu_steps_with_their_optimizer_prec
     assert sorted(resnet["throughput_per_s"]) == [412.0, 432.0] and set(resnet["batch_size"]) == {128}
     unet = table.query("model == 'unet_medical' and device == 'a100-80gb' and batch_size == 8").set_index("precision")
     assert unet.loc["fp16", "throughput_per_s"] == 141.03 and unet.loc["tf32", "throughput_per_s"] == 63.33
+
+
+def test_a_train_steps_whole_model_prediction_says_its_band_was_fitted_on_inference():
+    """Training's whole-model rows use the inference-fitted constants and band, which read slow against published
+    training runs (benchmarks/whole_training.md): the method says so; inference's does not."""
+    from types import SimpleNamespace
+
+    from tbs.predictions.gpu_predict import _fused_row
+
+    kernels = json.dumps([{"kind": "gemm", "m": 64, "n": 64, "k": 64, "count": 1, "flops": 2 * 64 ** 3,
+                           "bytes": 3 * 4 * 64 * 64, "op": "m/dense/MatMul"}])
+    spec, model = gpu_spec(load_catalog()["t4"]), fitted_model()
+    for mode in ("inference", "training"):
+        profile = SimpleNamespace(analysis=pd.DataFrame([{"target": "model", "device": "cpu:0", "mode": mode,
+                                                         "batch_size": 4, "kernels": kernels}]))
+        summed = {"batch_size": 4, "mode": mode, "median_s": 1e-4, "method": "sum"}
+        row = _fused_row(profile, "cpu:0", summed, [], spec, "fp32", model)
+        assert ("fitted on inference" in row["method"]) == (mode == "training"), row["method"]

@@ -131,7 +131,7 @@ def _fused_row(profile: Profile, source_device: str, summed: dict[str, Any], lay
                                f"{precision}, + {found.host_overhead_s * 1e3:.2g} ms host overhead per step"
                                f"{' + the host-only layers measured on the CPU' if host else ''} "
                                f"(the sum of the isolated layers' predictions: {summed['median_s'] * 1e3:.3g} ms); "
-                               f"{whole.BAND_PERCENT}% band",
+                               f"{whole.BAND_PERCENT}% band{whole.TRAINING_CAVEAT if mode == 'training' else ''}",
                 median_s=seconds, low_s=found.seconds * low + host, high_s=found.seconds * high + host,
                 per_sample_s=seconds / batch, in_model_s=seconds, model_share=1.0)
 

@@ -57,6 +57,10 @@ SUSTAINED_CLOCK = 0.0
 WHOLE_BAND = (0.55, 1.36)
 BAND_PERCENT = 95
 LAYER_BAND_PERCENT = round(TARGET_COVERAGE * 100)  # every other prediction's band
+# A train step's whole-model prediction uses the same inference-fitted constants and band; against published
+# single-GPU training throughput it reads slow (benchmarks/whole_training.md), and its method says so.
+TRAINING_CAVEAT = (" (fitted on inference; train steps checked against published training runs read 1.3-1.9x slow "
+                   "at the median, half precision about 2x: benchmarks/whole_training.md)")
 METHOD = "GPU model of the fused whole-model program"
 
 
