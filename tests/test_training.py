@@ -7,10 +7,6 @@ one backend per process).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +25,6 @@ from tbs.load.train_setup import fit_to_outputs, resolve
 from tbs.measure.train_cells import gradient_plan
 from tbs.schema import LOSS_LAYER
 
-ROOT = Path(__file__).resolve().parent.parent
 FAST_TIMING = tbs.TimingConfig(min_samples=3, cell_budget_seconds=0.05, min_block_seconds=0.001, min_span_seconds=0.0)
 # The compiler's analysis of every phase (half or more of a tiny training profile's time) is pinned by
 # test_analysis.py's TensorFlow training profile and the JAX one here; the other profiles skip it.
@@ -140,14 +135,6 @@ def test_every_leaf_of_a_dag_with_a_nested_model_gets_its_phases_on_tensorflow(t
 
 
 
-def _jax(*args: str, script: str | None = None, backend: str = "jax") -> subprocess.CompletedProcess:
-    if backend == "jax":
-        pytest.importorskip("jax", reason="JAX is not installed (pip install 'tbs[jax]')")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), KERAS_BACKEND=backend, TBS_LOGICAL_CPUS="2")
-    command = [sys.executable, "-c", script, *args] if script else [sys.executable, "-m", "tbs", *args]
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
-
-
 @pytest.fixture(scope="module")
 def jax_training(jax_run: dict) -> tuple[dict, Path]:
     """The JAX process's training part (conftest.jax_run): the backend's phase programs on a Dense layer, then a
@@ -186,38 +173,11 @@ def test_a_training_profile_on_jax_is_verified_as_a_split_train_step(jax_trainin
     assert out["verified"] == [9, 9, 2]  # every layer where it was placed; the recommendation and one device
 
 
-SPLIT_SCRIPT = r'''
-import json
-import numpy as np
-from tbs import backends
-keras = backends.keras()
-import tensorflow as tf
-from tbs.backends.base import PlacedStep
-from tbs.backends.tensorflow.split import _placed
-from tbs.capture.recorder import capture
-cpu0, cpu1 = backends.discover("tensorflow").devices[:2]
-model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, name="a"), keras.layers.Dense(4, name="b")])
-x = tf.constant(np.random.rand(8, 16).astype("float32"))
-calls = capture(model, x, True).calls
-steps = [PlacedStep("a", calls[0], cpu0, [("/input", 0)], [False]), PlacedStep("b", calls[1], cpu1, [("a", 0)], [True])]
+def test_tensorflow_split_step_runs_each_backward_on_its_layers_device(two_cpus_run: dict) -> None:
+    """tensorflow#33688: a gradient runs where it is called; the split step calls each one in its layer's scope.
 
-@tf.function
-def step(x):
-    with tf.GradientTape() as tape:
-        y = _placed(steps[1], [_placed(steps[0], [x])[0]])[0]
-        value = tf.reduce_sum(y)
-    return tape.gradient(value, model.trainable_variables)
-
-graph = step.get_concrete_function(x).graph
-print("RESULT" + json.dumps([[op.type, op.device] for op in graph.get_operations() if op.type == "MatMul"]))
-'''
-
-
-def test_tensorflow_split_step_runs_each_backward_on_its_layers_device() -> None:
-    """tensorflow#33688: a gradient runs where it is called; the split step calls each one in its layer's scope."""
-    done = _jax(script=SPLIT_SCRIPT, backend="tensorflow")
-    assert done.returncode == 0, done.stderr[-2000:]
-    matmuls = json.loads(done.stdout.split("RESULT", 1)[1])
+    (The step is built in the tests' two-CPU process: conftest.SPLIT_STEP.)"""
+    matmuls = two_cpus_run["split_step_matmuls"]
     on_cpu1 = [op for op in matmuls if op[1].upper().endswith("CPU:1")]
     on_cpu0 = [op for op in matmuls if op[1].upper().endswith("CPU:0")]
     # layer b on cpu:1: its forward and both gradient matmuls (kernel, input); layer a on cpu:0: forward + kernel.
