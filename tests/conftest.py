@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,19 +38,72 @@ def assert_commands_ran(commands: list[list[str]], runs: list[dict]) -> None:
         assert run["code"] == 0, (command[:2], run["stdout"][-2000:], run["stderr"][-2000:])
 
 
-def cli_in_one_process(commands: list[list[str]], env: dict[str, str]) -> tuple[list[dict], str]:
+def cli_in_one_process(commands: list[list[str]], env: dict[str, str], then: str = "") -> tuple[list[dict], str, Any]:
     """Run CLI commands one after another in one fresh process (one framework start-up, where a test
-    needs a process of its own: a backend, logical devices); each one's exit code and output, and the
-    process's own stderr (native log lines land there, not in the commands' captured output)."""
+    needs a process of its own: a backend, logical devices), then the Python code ``then`` (which may set
+    ``found``); each command's exit code and output, the process's own stderr (native log lines land there, not
+    in the commands' captured output), and ``found``."""
     import json
     import subprocess
 
-    done = subprocess.run([sys.executable, "-c", CLI_SCRIPT, json.dumps(commands)], capture_output=True, text=True,
+    script = CLI_RUNS + then + '\nprint("RESULT" + json.dumps({"runs": runs, "found": globals().get("found")}))\n'
+    done = subprocess.run([sys.executable, "-c", script, json.dumps(commands)], capture_output=True, text=True,
                           env=dict(env, PYTHONPATH=str(ROOT)), timeout=300, cwd=ROOT)
     assert done.returncode == 0 and "RESULT" in done.stdout, done.stderr[-3000:]
-    runs = json.loads(done.stdout.split("RESULT", 1)[1])
-    assert_commands_ran(commands, runs)
-    return runs, done.stderr
+    result = json.loads(done.stdout.split("RESULT", 1)[1])
+    assert_commands_ran(commands, result["runs"])
+    return result["runs"], done.stderr, result["found"]
+
+
+# A train step split over the two logical CPUs (tests/test_training.py): each MatMul of its graph and its device.
+SPLIT_STEP = r'''
+import numpy as np
+from tbs import backends
+keras = backends.keras()
+import tensorflow as tf
+from tbs.backends.base import PlacedStep
+from tbs.backends.tensorflow.split import _placed
+from tbs.capture.recorder import capture
+cpu0, cpu1 = backends.discover("tensorflow").devices[:2]
+model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, name="a"), keras.layers.Dense(4, name="b")])
+x = tf.constant(np.random.rand(8, 16).astype("float32"))
+calls = capture(model, x, True).calls
+steps = [PlacedStep("a", calls[0], cpu0, [("/input", 0)], [False]), PlacedStep("b", calls[1], cpu1, [("a", 0)], [True])]
+
+@tf.function
+def step(x):
+    with tf.GradientTape() as tape:
+        y = _placed(steps[1], [_placed(steps[0], [x])[0]])[0]
+        value = tf.reduce_sum(y)
+    return tape.gradient(value, model.trainable_variables)
+
+graph = step.get_concrete_function(x).graph
+found = [[op.type, op.device] for op in graph.get_operations() if op.type == "MatMul"]
+'''
+
+
+@pytest.fixture(scope="session")
+def two_cpus_run(seq_pkl: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The tests' one process on two logical CPUs (TensorFlow makes them at its start): the tiny sequential
+    model's profile and its ``recommend --verify`` (test_subprocess.py); the endpoint-named model profiled for
+    inference and for training, each recommended and verified (test_endpoints.py); then a train step split over
+    both CPUs (test_training.py). Where each profile is, each command's run, the process's stderr, the step's
+    MatMuls."""
+    from keras_models import _pickle, named_model
+
+    root = tmp_path_factory.mktemp("two_cpus")
+    paths = {"seq": root / "seq", "named": root / "named", "named_training": root / "named_training"}
+    named = _pickle(named_model(), root / "named.pkl")
+    commands = [["profile", str(seq_pkl), "--out", str(paths["seq"]), "--batch", "4", *FAST, "--cost",
+                 "cpu:0=1,cpu:1=2"],
+                ["recommend", str(paths["seq"]), "--objective", "time", "--verify"],
+                ["profile", str(named), "--out", str(paths["named"]), "--batch", "8", *FAST],
+                ["recommend", str(paths["named"]), "--objective", "time", "--format", "json"],
+                ["recommend", str(paths["named"]), "--objective", "time", "--verify"],
+                ["profile", str(named), "--out", str(paths["named_training"]), "--batch", "8", "--training", *FAST],
+                ["recommend", str(paths["named_training"]), "--objective", "time", "--verify"]]
+    runs, stderr, matmuls = cli_in_one_process(commands, dict(os.environ, TBS_LOGICAL_CPUS="2"), SPLIT_STEP)
+    return {"paths": paths, "runs": runs, "stderr": stderr, "split_step_matmuls": matmuls}
 
 
 @pytest.fixture(scope="session")

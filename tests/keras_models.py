@@ -58,6 +58,16 @@ def branchy_model() -> keras.Model:
     return keras.Model([image, extra], [out1, out2], name="branchy")
 
 
+def named_model() -> keras.Model:
+    """A Functional model whose input is ``image`` and whose layers take the graph endpoints' old names
+    (tests/test_endpoints.py)."""
+    image = keras.Input((6,), name="image")
+    x = image
+    for name in ("input", "input_1", "output_proj"):
+        x = layers.Dense(8, activation="relu", name=name)(x)
+    return keras.Model(image, layers.Dense(3, activation="softmax", name="output")(x), name="named")
+
+
 def embedding_model() -> keras.Model:
     tokens = keras.Input((7,), dtype="int32", name="tokens")
     x = layers.Embedding(50, 4)(tokens)

@@ -33,7 +33,12 @@ DEVICES = ["big/cpu:0", "twin_box/cpu:0"]
 
 @pytest.fixture(scope="module")
 def cluster():
-    local = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})  # the driver's node measures nothing
+    # The driver's node measures nothing. A killed node is declared dead after 3 failed health checks 0.5 s
+    # apart (Ray's default: 5 checks 3 s apart, 15 s of the node-loss test); a slow but live node still has
+    # Ray's 10 s to answer each check. No dashboard: nothing here reads it.
+    settings = {"health_check_period_ms": 500, "health_check_failure_threshold": 3}
+    local = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
+                                                          "_system_config": settings})
     twins = [local.add_node(num_cpus=1, resources={"twin_box": 1}) for _ in range(2)]
     local.add_node(num_cpus=1, resources={"big_box": 1}, labels={"tbs/group": "big"})
     connect(local.address)

@@ -11,14 +11,12 @@ layers are named ``input``, ``input_1``, ``output_proj`` and ``output``, beside 
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 
 import numpy as np
 import pytest
 
-from conftest import FAST, cli_in_one_process
 import tbs
 from tbs.place.graph import graph_tensors
 from tbs.place.result import _copies_in
@@ -34,13 +32,9 @@ SECONDS = {"cpu": {"input": 4e-4, "input_1": 3e-4, "output_proj": 2e-4, "output"
 
 def _named_model():
     """A Functional model whose input is ``image`` and whose layers take the endpoints' old names."""
-    from keras_models import keras, layers
+    from keras_models import named_model
 
-    image = keras.Input((6,), name="image")
-    x = image
-    for name in NAMES[:-1]:
-        x = layers.Dense(8, activation="relu", name=name)(x)
-    return keras.Model(image, layers.Dense(3, activation="softmax", name="output")(x), name="named")
+    return named_model()
 
 
 def _fake_named(directory, batch_sizes=(8,)):
@@ -71,7 +65,8 @@ def test_training_skips_the_softmax_of_the_layer_named_output_not_the_rnn_before
     x = layers.SimpleRNN(8, dropout=0.2, name="rnn")(digits)
     model = keras.Model(digits, layers.Dense(3, activation="softmax", name="output")(x))
     p = tbs.profile(model, [8], training=True, timing=tbs.TimingConfig(min_samples=3, cell_budget_seconds=0.05,
-                    min_block_seconds=0.001, min_span_seconds=0.0), progress=None, report=False)
+                    min_block_seconds=0.001, min_span_seconds=0.0), progress=None, report=False,
+                    measure=tbs.MeasureConfig(analysis=False))  # the analysis has tests of its own
     rows = p.summary.set_index("layer")
     assert rows.loc["rnn", "status"] in ("ok", "noisy"), rows.loc["rnn", "reason"]
     assert rows.loc["rnn", "in_step"] is True and rows.loc["output (softmax)", "in_step"] is False
@@ -158,21 +153,12 @@ def _resume_named(directory):
 
 
 @pytest.fixture(scope="module")
-def named_on_two_cpus(tmp_path_factory):
+def named_on_two_cpus(two_cpus_run):
     """The named model profiled for inference and for training on two logical CPUs, each recommended and
-    verified, in one process of its own (logical devices are made at TensorFlow's start)."""
-    from keras_models import _pickle
-
-    directory = tmp_path_factory.mktemp("named")
-    path = _pickle(_named_model(), directory / "named.pkl")
-    out, train = directory / "p", directory / "t"
-    commands = [["profile", str(path), "--out", str(out), "--batch", "8", *FAST],
-                ["recommend", str(out), "--objective", "time", "--format", "json"],
-                ["recommend", str(out), "--objective", "time", "--verify"],
-                ["profile", str(path), "--out", str(train), "--batch", "8", "--training", *FAST],
-                ["recommend", str(train), "--objective", "time", "--verify"]]
-    runs, _ = cli_in_one_process(commands, dict(os.environ, TBS_LOGICAL_CPUS="2"))
-    return out, train, [r["stdout"] for r in runs]
+    verified, in the tests' two-CPU process (conftest.two_cpus_run: logical devices are made at TensorFlow's
+    start): both profiles, and the five commands' stdout."""
+    paths = two_cpus_run["paths"]
+    return paths["named"], paths["named_training"], [run["stdout"] for run in two_cpus_run["runs"][2:7]]
 
 
 def test_the_named_model_is_placed_with_its_input_copy_and_verified(named_on_two_cpus):

@@ -258,34 +258,39 @@ def _fail_on(violations: list[str]) -> None:
     assert not violations, f"{len(violations)} violation(s):\n" + "\n".join(violations)
 
 
-def test_the_real_package_is_read():
-    modules = collect(PACKAGE_DIR)
-    assert set(FOUNDATION) <= set(modules) and len(modules) > 30
-    assert sum(len(m.imports) for m in modules.values()) > 100
+@pytest.fixture(scope="module")
+def package() -> dict[str, Module]:
+    """The real package, read once (about a second each time): the checks below only read it."""
+    return collect(PACKAGE_DIR)
 
 
-def test_no_import_cycles():
-    _fail_on(cycle_violations(collect(PACKAGE_DIR)))
+def test_the_real_package_is_read(package):
+    assert set(FOUNDATION) <= set(package) and len(package) > 30
+    assert sum(len(m.imports) for m in package.values()) > 100
 
 
-def test_stages_import_only_their_own_and_earlier_stages():
-    _fail_on(stage_violations(collect(PACKAGE_DIR)))
+def test_no_import_cycles(package):
+    _fail_on(cycle_violations(package))
 
 
-def test_imported_tbs_modules_exist():
-    _fail_on(dangling_imports(collect(PACKAGE_DIR)))
+def test_stages_import_only_their_own_and_earlier_stages(package):
+    _fail_on(stage_violations(package))
 
 
-def test_every_module_belongs_to_a_stage():
-    _fail_on(unstaged_modules(collect(PACKAGE_DIR)))
+def test_imported_tbs_modules_exist(package):
+    _fail_on(dangling_imports(package))
 
 
-def test_tensorflow_and_jax_are_imported_only_in_backends():
-    _fail_on(framework_violations(collect(PACKAGE_DIR)))
+def test_every_module_belongs_to_a_stage(package):
+    _fail_on(unstaged_modules(package))
 
 
-def test_backends_are_told_apart_by_name_only_in_the_dispatcher():
-    _fail_on(name_check_violations(collect(PACKAGE_DIR)))
+def test_tensorflow_and_jax_are_imported_only_in_backends(package):
+    _fail_on(framework_violations(package))
+
+
+def test_backends_are_told_apart_by_name_only_in_the_dispatcher(package):
+    _fail_on(name_check_violations(package))
 
 
 SYNTHETIC = {

@@ -16,7 +16,7 @@ from tbs.cli import cli
 from tbs.measure.in_context import SUMMARY_IN_MODEL
 from tbs.columns import ROOFLINE_COLUMNS
 
-from conftest import FAST, cli_in_one_process, native_log_lines
+from conftest import FAST, native_log_lines
 
 
 def _tbs(*args):
@@ -63,14 +63,12 @@ def test_sigint_then_resume(seq_pkl, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def two_cpus(seq_pkl, tmp_path_factory):
-    """A profile on two logical CPUs and its ``recommend --verify``, in one process of their own (logical
-    devices are made at TensorFlow's start): the profile, both commands' stdout, and the process's stderr."""
-    out = tmp_path_factory.mktemp("two_cpus") / "p"
-    runs, stderr = cli_in_one_process(
-        [["profile", str(seq_pkl), "--out", str(out), "--batch", "4", *FAST, "--cost", "cpu:0=1,cpu:1=2"],
-         ["recommend", str(out), "--objective", "time", "--verify"]], dict(os.environ, TBS_LOGICAL_CPUS="2"))
-    return out, runs[0]["stdout"], stderr, runs[1]["stdout"]
+def two_cpus(two_cpus_run):
+    """A profile on two logical CPUs and its ``recommend --verify``, in the tests' two-CPU process
+    (conftest.two_cpus_run: logical devices are made at TensorFlow's start): the profile, both commands'
+    stdout, and the process's stderr."""
+    runs = two_cpus_run["runs"]
+    return two_cpus_run["paths"]["seq"], runs[0]["stdout"], two_cpus_run["stderr"], runs[1]["stdout"]
 
 
 def test_two_logical_devices_profile_side_by_side(two_cpus):

@@ -98,7 +98,8 @@ def test_string_and_function_losses_are_reduced_and_weighted_as_compile_does(tmp
     targets = setup.targets(outputs, 6, 0)
     expected = model.compute_loss(y=targets, y_pred=outputs)  # what fit() minimises
     assert float(setup.loss(targets, outputs)) == pytest.approx(float(expected), rel=1e-5)
-    p = tbs.profile(model, [4], training=True, timing=FAST_TIMING, progress=None, report=False, out=tmp_path / "p")
+    p = tbs.profile(model, [4], training=True, timing=FAST_TIMING, progress=None, report=False,
+                    measure=tbs.MeasureConfig(analysis=False), out=tmp_path / "p")
     assert p.metadata["training"]["loss"]["weights"] == [0.5, 2.0]
     assert set(p.summary["status"]) <= {"ok", "noisy"}
     single = keras.Sequential([keras.Input((3,)), layers.Dense(1)])

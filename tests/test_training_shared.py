@@ -28,7 +28,8 @@ def _siamese() -> keras.Model:
 
 def test_a_shared_layer_is_updated_and_held_once_and_its_later_call_keeps_its_backward(tmp_path: Path) -> None:
     """A layer called twice got an update row and weight/slot memory on both calls; a real step updates once."""
-    p = tbs.profile(_siamese(), [4], training=True, timing=FAST_TIMING, progress=None, report=False, out=tmp_path / "p")
+    p = tbs.profile(_siamese(), [4], training=True, timing=FAST_TIMING, progress=None, report=False,
+                    measure=tbs.MeasureConfig(analysis=False), out=tmp_path / "p")
     rows = p.summary.set_index("layer")
     assert rows.loc["shared", "phases"] == "forward+backward+update" and rows.loc["shared", "weight_bytes"] == 576
     assert rows.loc["shared#2", "phases"] == "forward+backward"  # its weights' gradients, no second update
