@@ -11,7 +11,10 @@ fuse an elementwise or gather layer down to computing that element. A sum is
 what XLA does with a layer's output inside a whole model too: it fuses the
 epilogue (bias, activation) into the consumer instead of writing it out, so the
 per-layer times add up to the compiled model. Outputs that are views of an input
-(pass-through, reshape) are left out: they cost nothing in a compiled model.
+(pass-through, reshape) are left out: they cost nothing in a compiled model. The
+whole model's outputs are instead the loop's state, written out every iteration as
+a returning call writes them and summed once after the loop (``outputs_written``):
+its program is then the one a user's call compiles to.
 Inputs and weights are placed on the device first, and the runner blocks on the
 scalar (``block_until_ready``), never copying activations to the host.
 """
