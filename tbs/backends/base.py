@@ -156,11 +156,13 @@ class Device(ABC):
 
     @abstractmethod
     def compile_blocked(self, call: Callable[..., Any], tensors: list[Any], xla: bool,
-                        variables: Sequence[Any] = ()) -> Callable[[int], None]:
+                        variables: Sequence[Any] = (), outputs_written: bool = False) -> Callable[[int], None]:
         """A compiled runner: ``runner(n)`` calls ``call(*tensors)`` n times on the device and waits for it.
 
         ``variables`` are the Keras variables ``call`` reads: a backend that compiles
-        pure functions (JAX) passes their values in as arguments.
+        pure functions (JAX) passes their values in as arguments. ``outputs_written``: the
+        call's outputs are written out, as a call that returns them writes them, before
+        the loop consumes them (the whole model: its program must be the one a user runs).
         """
 
     def overlapped_blocked(self, call: Callable[..., Any], tensors: list[Any], xla: bool,

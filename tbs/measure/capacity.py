@@ -164,7 +164,7 @@ def call_at(request: Any, device: Device) -> Callable[[int], None]:
             def forward(*flat: Any) -> Any:
                 return model(request.rebuild_fn(inputs, list(flat)), training=False)
 
-            runner = device.compile_blocked(forward, tensors, request.xla, model.variables)
+            runner = device.compile_blocked(forward, tensors, request.xla, model.variables, outputs_written=True)
         else:
             setup = request.training_setup
             small = model(structure_inputs(model, request.host_inputs(1), request.specs), training=False)

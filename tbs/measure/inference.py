@@ -63,7 +63,8 @@ class InferenceCells:
 
         def programs() -> dict[str, Runner]:
             tensors = self.tensors_fn(inputs)
-            runners = {FORWARD: self.device.compile_blocked(forward, tensors, self.xla, model.variables)}
+            runners = {FORWARD: self.device.compile_blocked(forward, tensors, self.xla, model.variables,
+                                                            outputs_written=True)}
             overlapped = self.device.overlapped_blocked(forward, tensors, self.xla, model.variables)
             return runners if overlapped is None else {**runners, OVERLAPPED: overlapped}
 

@@ -181,7 +181,7 @@ class FakeDevice(Device):
         """Fake work is finished when its runner returns."""
 
     def compile_blocked(self, call: Callable[..., Any], tensors: list[Any], xla: bool,
-                        variables: Sequence[Any] = ()) -> Callable[[int], None]:
+                        variables: Sequence[Any] = (), outputs_written: bool = False) -> Callable[[int], None]:
         """Trace ``call`` once, as XLA does, to learn what it runs; the runner then costs its script."""
         target, batch, work = self._traced(call, tensors)
         self.clock.events.append(RunEvent(self.name, target, batch, 0, self.clock()))

@@ -54,8 +54,9 @@ class TFDevice(Device):
         return tf.nest.map_structure(copy, structure)
 
     def compile_blocked(self, call: Callable[..., Any], tensors: list[Any], xla: bool,
-                        variables: Sequence[Any] = ()) -> Callable[[int], None]:
-        """``variables`` are read inside the loop as the resource variables they are."""
+                        variables: Sequence[Any] = (), outputs_written: bool = False) -> Callable[[int], None]:
+        """``variables`` are read inside the loop as the resource variables they are. The loop consumes one
+        element of each output, which leaves the call's graph as it is (``outputs_written`` changes nothing)."""
         return loop.blocked(self, call, tensors, xla)
 
     def overlapped_blocked(self, call: Callable[..., Any], tensors: list[Any], xla: bool,
