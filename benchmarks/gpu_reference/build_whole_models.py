@@ -129,18 +129,20 @@ def rows_of(path: str, family: str, framework: str, harness: str, text: str, com
     return out
 
 
+def mirror(repo: str, *args: str) -> str:
+    """A git command's output on the read-only mirror (``rev-parse HEAD``, ``show HEAD:path``)."""
+    return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True, check=True).stdout
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo", default=DEFAULT_REPO)
     parser.add_argument("--out", default=str(DEFAULT_OUT))
     args = parser.parse_args()
-    commit = subprocess.run(["git", "-C", args.repo, "rev-parse", "HEAD"], capture_output=True, text=True,
-                            check=True).stdout.strip()
+    commit = mirror(args.repo, "rev-parse", "HEAD").strip()
     rows = []
     for path, family, framework, harness in SOURCES:
-        text = subprocess.run(["git", "-C", args.repo, "show", f"HEAD:{path}"], capture_output=True, text=True,
-                              check=True).stdout
-        rows += rows_of(path, family, framework, harness, text, commit)
+        rows += rows_of(path, family, framework, harness, mirror(args.repo, "show", f"HEAD:{path}"), commit)
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame.to_csv(args.out, index=False)
     print(frame.groupby(["model", "device", "precision"]).size().to_string())

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
 from pathlib import Path
 
 import pandas as pd
 
-from build_whole_models import CLASSIFIERS, DEFAULT_REPO, LICENSES, _cells, _gpu, _number, _precision
+from build_whole_models import CLASSIFIERS, DEFAULT_REPO, LICENSES, _cells, _gpu, _number, _precision, mirror
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE.parent.parent / "tbs" / "predictions" / "reference" / "whole_training.csv"
@@ -126,13 +125,10 @@ def main() -> None:
     parser.add_argument("--repo", default=DEFAULT_REPO)
     parser.add_argument("--out", default=str(DEFAULT_OUT))
     args = parser.parse_args()
-    commit = subprocess.run(["git", "-C", args.repo, "rev-parse", "HEAD"], capture_output=True, text=True,
-                            check=True).stdout.strip()
+    commit = mirror(args.repo, "rev-parse", "HEAD").strip()
     rows = []
     for source in SOURCES:
-        text = subprocess.run(["git", "-C", args.repo, "show", f"HEAD:{source[0]}"], capture_output=True, text=True,
-                              check=True).stdout
-        rows += rows_of(source, text, commit)
+        rows += rows_of(source, mirror(args.repo, "show", f"HEAD:{source[0]}"), commit)
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame.to_csv(args.out, index=False)
     print(frame[["model", "device", "precision", "batch_size", "throughput_per_s", "step_s", "framework"]].to_string())
