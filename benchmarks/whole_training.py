@@ -30,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import whole_models  # noqa: E402
-from whole_model import markdown, specs  # noqa: E402
+from whole_model import markdown, specs, summary  # noqa: E402
 
 from tbs.predictions.reference import fitted_model  # noqa: E402
 from tbs.predictions.whole import BAND_PERCENT, WHOLE_BAND, predict_whole  # noqa: E402
@@ -77,18 +77,6 @@ def score(table: pd.DataFrame, loss_scale: bool = False) -> pd.DataFrame:
     out["log_error"] = np.log(out["predicted_s"] / out["step_s"])
     out["covered"] = (out["step_s"] >= out["low_s"]) & (out["step_s"] <= out["high_s"])
     return out
-
-
-def summary(scored: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    rows = []
-    for key, group in scored.groupby(by):
-        error = np.abs(group["log_error"])
-        rows.append({**dict(zip(by, key if isinstance(key, tuple) else (key,))), "rows": len(group),
-                     "median error": f"{np.expm1(np.median(error)):.0%}",
-                     "p90 error": f"{np.expm1(np.quantile(error, 0.9)):.0%}",
-                     "median predicted / published": f"{np.exp(np.median(group['log_error'])):.2f}",
-                     f"inside the {BAND_PERCENT}% band": f"{group['covered'].mean():.0%}"})
-    return pd.DataFrame(rows)
 
 
 def held_out_factor(scored: pd.DataFrame) -> pd.DataFrame:
