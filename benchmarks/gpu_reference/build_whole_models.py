@@ -67,17 +67,21 @@ def _number(text: str) -> float | None:
     return float(found.group(0)) if found else None
 
 
-def inference_tables(text: str) -> list[tuple[str, str, list[str], list[list[str]]]]:
-    """(GPU heading, the label above the table, header, rows) for every table under 'Inference performance results'."""
+def results_tables(text: str, section: str, prose_labels: bool = True
+                   ) -> list[tuple[str, str, list[str], list[list[str]]]]:
+    """(GPU heading, the subheading or line above the table, header, rows) for every table under the ``####``
+    heading naming ``section``; with ``prose_labels`` a plain line above a table is its label too."""
     out, inside, heading, label = [], False, "", ""
     lines = text.splitlines()
     index = 0
     while index < len(lines):
         line = lines[index].strip()
         if line.startswith("#### "):
-            inside = "inference performance results" in line.lower()
+            inside = section in line.lower()
         elif line.startswith("##### ") and inside:
             heading, label = line.lstrip("#").strip(), ""
+        elif inside and line.startswith("###### "):
+            label = line.lstrip("#").strip()
         elif inside and line.startswith("|") and index + 1 < len(lines) and set(lines[index + 1].strip()) <= set("|:- "):
             header, rows = _cells(line), []
             index += 2
@@ -86,10 +90,15 @@ def inference_tables(text: str) -> list[tuple[str, str, list[str], list[list[str
                 index += 1
             out.append((heading, label, header, rows))
             continue
-        elif inside and line:
+        elif inside and line and prose_labels:
             label = line
         index += 1
     return out
+
+
+def inference_tables(text: str) -> list[tuple[str, str, list[str], list[list[str]]]]:
+    """Every table under 'Inference performance results'."""
+    return results_tables(text, "inference performance results")
 
 
 def _column(header: list[str], *words: str) -> int | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from build_whole_models import CLASSIFIERS, DEFAULT_REPO, LICENSES, _cells, _gpu, _number, _precision, mirror
+from build_whole_models import CLASSIFIERS, DEFAULT_REPO, LICENSES, _cells, _gpu, _number, _precision, mirror, results_tables
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE.parent.parent / "tbs" / "predictions" / "reference" / "whole_training.csv"
@@ -47,28 +47,8 @@ COLUMNS = ["model", "family", "classifier", "sequence_length", "resolution", "de
 
 
 def training_tables(text: str) -> list[tuple[str, str, list[str], list[list[str]]]]:
-    """(GPU heading, the subheading or label above the table, header, rows) under 'Training performance results'."""
-    out, inside, heading, label = [], False, "", ""
-    lines = text.splitlines()
-    index = 0
-    while index < len(lines):
-        line = lines[index].strip()
-        if line.startswith("#### "):
-            inside = "training performance results" in line.lower()
-        elif inside and line.startswith("##### "):
-            heading, label = line.lstrip("#").strip(), ""
-        elif inside and line.startswith("###### "):
-            label = line.lstrip("#").strip()
-        elif inside and line.startswith("|") and index + 1 < len(lines) and set(lines[index + 1].strip()) <= set("|:- "):
-            header, rows = _cells(line), []
-            index += 2
-            while index < len(lines) and lines[index].strip().startswith("|"):
-                rows.append(_cells(lines[index]))
-                index += 1
-            out.append((heading, label, header, rows))
-            continue
-        index += 1
-    return out
+    """Every table under 'Training performance results'."""
+    return results_tables(text, "training performance results", prose_labels=False)
 
 
 def batches(cell: str, header: str) -> dict[str, int]:
