@@ -10,6 +10,8 @@ downsampling block, where NVIDIA's v1.5 puts it on the 3x3; the FLOPs differ by 
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import json
 import os
 import re
@@ -143,11 +145,53 @@ def cached(model: str, sequence: int | None, half: bool) -> bool:
     return all((CACHE / f"{model}-{sequence or 0}-{b}-{'fp16' if half else 'fp32'}.json").exists() for b in (1, 2))
 
 
+def _program_path(path: Path) -> Path:
+    return path.with_suffix(".hlo.json.gz")
+
+
+def cached_kernels(path: Path) -> list[dict] | None:
+    """A cached program's kernels: read again from its optimised HLO where that is cached (so a change to
+    tbs.backends.hlo_kernels re-prices every program without a recompile), else the kernels cached with it."""
+    from tbs.backends import hlo_kernels
+
+    program = _program_path(path)
+    if program.exists():
+        saved = json.loads(gzip.decompress(program.read_bytes()))
+        names = saved["names"]
+        return [dict(k, op=names.get(k["op"], k["op"])) if k.get("op") else k
+                for k in hlo_kernels.program_kernels(saved["hlo"])]
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+@contextlib.contextmanager
+def recording(path: Path):
+    """Keeps the optimised HLO text that tbs's analysis reads kernels from (and each op name's Keras call path,
+    as the analysis renames it) beside the kernels cached at ``path``."""
+    from tbs.backends import hlo_kernels, xla
+
+    original, seen = xla.kernels_of, {}
+
+    def keep(text: str, rename=None):
+        ops = {k["op"] for k in hlo_kernels.program_kernels(text) if k.get("op")}
+        seen.update(hlo=text, names={op: rename(op) for op in ops} if rename else {})
+        return original(text, rename)
+
+    xla.kernels_of = keep
+    try:
+        yield
+    finally:
+        xla.kernels_of = original
+    if seen:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _program_path(path).write_bytes(gzip.compress(json.dumps(seen).encode()))
+
+
 def compiled_kernels(model: str, sequence: int | None, batch: int, half: bool) -> list[dict]:
     """The kernels of the compiled program at ``batch``, cached on disk."""
     path = CACHE / f"{model}-{sequence or 0}-{batch}-{'fp16' if half else 'fp32'}.json"
-    if path.exists():
-        return json.loads(path.read_text())
+    found = cached_kernels(path)
+    if found is not None:
+        return found
     import keras
     import numpy as np
     import tensorflow as tf
@@ -160,7 +204,8 @@ def compiled_kernels(model: str, sequence: int | None, batch: int, half: bool) -
         shape = (batch, *network.inputs[0].shape[1:])
         dtype = network.inputs[0].dtype
         data = tf.constant(np.zeros(shape, "int32") if "int" in str(dtype) else np.random.rand(*shape).astype("float32"))
-        cost = program_cost("/CPU:0", "cpu", lambda t: network(t, training=False), [data])
+        with recording(path):
+            cost = program_cost("/CPU:0", "cpu", lambda t: network(t, training=False), [data])
     finally:
         keras.mixed_precision.set_global_policy("float32")
     if not cost.kernels:
@@ -268,8 +313,9 @@ def compiled_train_kernels(model: str, sequence: int | None, batch: int, half: b
     (tbs.backends.tensorflow.training.train_step: forward with training=True, loss, gradients of every trainable
     variable, the optimizer's update, one XLA program), cached on disk."""
     path = train_path(model, sequence, batch, half, loss_scale)
-    if path.exists():
-        return json.loads(path.read_text())
+    found = cached_kernels(path)
+    if found is not None:
+        return found
     from types import SimpleNamespace
 
     import keras
@@ -282,7 +328,8 @@ def compiled_train_kernels(model: str, sequence: int | None, batch: int, half: b
         inputs, targets, loss = train_data(model, network, batch)
         runner = train_step(SimpleNamespace(tf_name="/CPU:0", kind="cpu"), network, inputs, lambda flat: flat[0],
                             targets, loss, lambda: optimizer_of(model, loss_scale), xla=True)
-        cost = runner.costs()["step"]
+        with recording(path):
+            cost = runner.costs()["step"]
     finally:
         keras.mixed_precision.set_global_policy("float32")
     if not cost.kernels:

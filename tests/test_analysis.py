@@ -179,7 +179,8 @@ def test_jax_compiles_a_cpu_programs_analysis_at_llvm_level_0_and_counts_what_th
     monkeypatch.setattr(type(lowered), "compile", lambda self, compiler_options=None:
                         asked.append(compiler_options) or compile_(self, compiler_options=compiler_options))
     cost = analysis.lowered_cost(program, *args)
-    assert asked == [{"xla_backend_optimization_level": xla.ANALYSIS_LLVM_LEVEL}]
+    assert asked == [{"xla_backend_optimization_level": xla.ANALYSIS_LLVM_LEVEL,
+                      "xla_disable_hlo_passes": xla.ANALYSIS_DISABLED_PASSES}]
     memory, counts = default.memory_analysis(), xla.cost_fields(default.cost_analysis())
     assert (cost.flops, cost.bytes_accessed) == (counts["flops"], counts["bytes_accessed"])
     assert (cost.temp_bytes, cost.output_bytes) == (memory.temp_size_in_bytes, memory.output_size_in_bytes)
@@ -198,3 +199,18 @@ def test_a_tensorflow_programs_kernels_name_the_keras_layer_not_the_uniquified_s
     cost = cpu.program_cost(lambda t: model(t), [cpu.place(x)], False, model.variables)
     gemms = {(k["n"], k["k"]): k["op"] for k in json.loads(cost.kernels) if k["kind"] == "gemm"}
     assert gemms[256, 64].split("/")[-2] == "dense" and gemms[4, 256].split("/")[-2] == "dense_1"
+
+
+def test_a_half_precision_gemm_is_analysed_as_a_gpu_runs_it_on_half_precision_operands(cpu):
+    """A CPU has no FP16 GEMM: its compile turns one into an FP32 GEMM between converts. A GPU's kernels are the
+    casts the model asks for (its input and its weights to float16) and one GEMM reading and writing float16."""
+    import json
+
+    dense = layers.Dense(128, dtype="mixed_float16")
+    x = np.random.default_rng(0).random((32, 256), dtype=np.float32)
+    dense(x)
+    kernels = json.loads(cpu.program_cost(lambda t: dense(t), [cpu.place(x)], False, dense.variables).kernels)
+    gemms = [k for k in kernels if k["kind"] == "gemm"]
+    assert len(gemms) == 1 and gemms[0]["bytes"] == 2 * (32 * 256 + 256 * 128 + 32 * 128)
+    casts = sorted(k["bytes"] for k in kernels if k["kind"] == "memory" and not k.get("epilogue"))
+    assert casts == [(4 + 2) * 32 * 256, (4 + 2) * 256 * 128]  # each read as float32, written as float16

@@ -168,6 +168,47 @@ def test_a_weights_gradient_convolution_is_priced_as_its_forwards_weight_gradien
     assert found.seconds == pytest.approx(expected)
 
 
+RECOMPUTE_HLO = """HloModule r
+
+%norm (p0: f32[64,128], p1: f32[64,128]) -> f32[64,128] {
+  %p0 = f32[64,128]{1,0} parameter(0)
+  %p1 = f32[64,128]{1,0} parameter(1)
+  ROOT %sum = f32[64,128]{1,0} add(%p0, %p1), metadata={op_name="model/residual_1/add"}
+}
+
+%again (p0: f32[64,128], p1: f32[64,128], p2: f32[64,128]) -> f16[64,128] {
+  %p0 = f32[64,128]{1,0} parameter(0)
+  %p1 = f32[64,128]{1,0} parameter(1)
+  %p2 = f32[64,128]{1,0} parameter(2)
+  %sum.1 = f32[64,128]{1,0} add(%p0, %p1), metadata={op_name="model/residual_1/add"}
+  %next = f32[64,128]{1,0} add(%sum.1, %p2), metadata={op_name="model/residual_2/add"}
+  ROOT %cast = f16[64,128]{1,0} convert(%next), metadata={op_name="model/residual_2/Cast"}
+}
+
+ENTRY %main (a: f32[64,128], b: f32[64,128], c: f32[64,128]) -> (f32[64,128], f16[64,128]) {
+  %a = f32[64,128]{1,0} parameter(0)
+  %b = f32[64,128]{1,0} parameter(1)
+  %c = f32[64,128]{1,0} parameter(2)
+  %first = f32[64,128]{1,0} fusion(%a, %b), kind=kLoop, calls=%norm
+  %second = f16[64,128]{1,0} fusion(%a, %b, %c), kind=kLoop, calls=%again
+  ROOT %t = (f32[64,128]{1,0}, f16[64,128]{1,0}) tuple(%first, %second)
+}
+"""
+
+
+def test_a_fusion_that_recomputes_an_earlier_kernels_value_reads_it_instead_as_a_gpus_fusion_would():
+    """The CPU's fusion copied the first kernel's add into the second, which then reads both of its inputs; a GPU's
+    fusion weighs that against reading the add's output once and does what reads less. In a half-precision BERT
+    the copies chain through every layer (fusions of up to 74 operands)."""
+    first, second = program_kernels(RECOMPUTE_HLO)
+    tensor = 64 * 128 * 4
+    assert first["bytes"] == 3 * tensor
+    assert second["bytes"] == 2 * tensor + 64 * 128 * 2  # reads the sum and c, writes float16
+    assert program_kernels(RECOMPUTE_HLO.replace('op_name="model/residual_1/add"}\n  %next',
+                                                 'op_name="model/other/add"}\n  %next'))[1]["bytes"] == (
+        3 * tensor + 64 * 128 * 2)  # not the same value: computed here from its inputs
+
+
 def test_a_profile_records_its_whole_program_and_a_gpu_is_predicted_from_it(tmp_path):
     import tbs
 

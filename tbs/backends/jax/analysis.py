@@ -33,7 +33,8 @@ def lowered_cost(fn: Callable[..., Any], *args: Any) -> ProgramCost:
     """
     lowered = _jax().jit(fn).lower(*args)
     before = xla.cost_fields(lowered.cost_analysis())
-    options = {"xla_backend_optimization_level": xla.ANALYSIS_LLVM_LEVEL} if _on_cpu(args) else None
+    options = ({"xla_backend_optimization_level": xla.ANALYSIS_LLVM_LEVEL,
+                "xla_disable_hlo_passes": xla.ANALYSIS_DISABLED_PASSES} if _on_cpu(args) else None)
     compiled = lowered.compile(compiler_options=options)
     after = dict(xla.cost_fields(compiled.cost_analysis()), kernels=xla.kernels_of(compiled.as_text()))
     memory = xla.memory_fields(compiled.memory_analysis())
