@@ -105,6 +105,28 @@ def test_a_convolution_runs_cudnn_tiles_without_split_k():
     assert seconds(grad_w, spec, model=model) < seconds(few_positions, spec, model=model) / 4
 
 
+def test_a_convolutions_weight_gradient_takes_its_own_size_curve_on_top_of_its_kinds():
+    spec = GpuSpec("toy", 40, {"fp32": 8e12}, 3e11)
+    flat = GpuModel(launch_s=0.0, size_curves={CONV: ([6.0, 10.0], [0.1, 0.1])})
+    bent = replace(flat, size_curves={**flat.size_curves, "conv:backward_weight": ([7.0, 9.0], [0.2, -0.3])})
+    big = conv(8 * 112 * 112, 128, 9 * 64)  # 7.4 GFLOP: log10 FLOPs per SM 8.3
+    for phase in ("forward", "backward_data"):
+        work = replace(big, phase=phase)
+        assert seconds(work, spec, model=bent) == pytest.approx(seconds(work, spec, model=flat))
+    grad_w = replace(big, phase="backward_weight")
+    expected = math.exp(0.2 + (math.log10(big.flops / 40) - 7.0) / 2.0 * -0.5)
+    assert seconds(grad_w, spec, model=bent) == pytest.approx(seconds(grad_w, spec, model=flat) * expected)
+
+
+def test_the_shipped_model_prices_large_weight_gradients_as_deepbench_timed_them():
+    from tbs.predictions.reference import fitted_model, reference_table
+
+    table = reference_table()
+    grad_w = table[(table["kind"] == CONV) & (table["phase"] == "backward_weight") & (table["flops"] > 5e9)]
+    errors = np.log(grad_w["measured_s"] / predict_frame(grad_w, fitted_model()))
+    assert len(grad_w) > 150 and abs(float(np.median(errors))) < 0.1  # one curve for every phase left them 1.35x slow
+
+
 def test_a_convolutions_gradient_of_its_input_spans_the_input():
     spec = GpuSpec("toy", 40, {"fp32": 8e12}, 3e11)
     model = GpuModel(launch_s=0.0)

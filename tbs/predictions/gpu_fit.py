@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 
 from tbs.predictions.bands import fit_bands, regime
-from tbs.predictions.gpu_model import (HARNESS_COLUMNS, REFERENCE_SOURCE, SCALE_ROUNDS, GpuModel, gemm_shapes,
-                                       offset_group, predict_frame, size_on_curve)
+from tbs.predictions.gpu_model import (HARNESS_COLUMNS, PHASE_CURVES, REFERENCE_SOURCE, SCALE_ROUNDS, GpuModel,
+                                       gemm_shapes, offset_group, phase_curve_key, predict_frame, size_on_curve)
 from tbs.predictions.work import CONV, GEMM, MEMORY, RECURRENT
 
 # Which constants each kind of reference row can pin down (the others keep their prior values).
@@ -28,6 +28,7 @@ _FITTED_BY = {
     (RECURRENT, False): ("fused_step_s",),
     (RECURRENT, True): ("fused_step_s",),
 }
+MIN_PHASE_CURVE_ROWS = 200  # a phase's own size curve only where the reference has this many of its rows
 _BOUNDS = {"tile_exponent": (1e-3, 1.5), "launch_s": (5e-7, 5e-5), "fused_step_s": (1e-7, 1e-4),
            "sustained_clock": (1e-3, 1.0), "l2_bytes_per_clock_per_sm": (1.0, 512.0),
            "framework_overhead_s": (1e-7, 1e-4), "layernorm_call_overhead_s": (1e-7, 1e-4),
@@ -66,6 +67,12 @@ def fit(frame: pd.DataFrame, measured_s: np.ndarray, prior: GpuModel | None = No
         chosen = (frame["kind"] == kind).to_numpy()
         chosen = chosen & decides if (chosen & decides).any() else chosen
         fitted.size_curves[kind] = _curve(sizes[chosen], errors[chosen])
+    errors = target - np.log(predict_frame(frame, fitted, shapes))
+    phased = phase_curve_key(frame["kind"].to_numpy(), frame["phase"].to_numpy())
+    for key in PHASE_CURVES:  # what a phase's rows leave after their kind's curve
+        chosen = (phased == key) & decides
+        if chosen.sum() >= MIN_PHASE_CURVE_ROWS:
+            fitted.size_curves[key] = _curve(sizes[chosen], errors[chosen])
     errors = target - np.log(predict_frame(frame, fitted, shapes))
     if "architecture" in frame:
         fitted.architecture_log_scale, fitted.source_log_scale = _offsets(frame[decides], errors[decides])

@@ -43,6 +43,10 @@ CONV_TILES = ((128, 128), (128, 64), (128, 32), (64, 64), (64, 32))
 SPLITS = (1, 2, 4, 8, 16)  # split-K factors, each slice at least MIN_SPLIT_K deep
 MIN_SPLIT_K = 128
 REFERENCE_TILE = 128 * 128
+# A convolution's weights' gradient bends along the size unlike its forward and input gradient (DeepBench's cuDNN
+# backward-filter times: about 1.2x slower than the forward's curve says under 1 GFLOP, about 1.35x faster over
+# 5 GFLOP, where the forward and input gradient stay flat), so it takes a curve of its own on top of its kind's.
+PHASE_CURVES = {"conv:backward_weight": (CONV, ("backward_weight",))}
 TENSOR_CORE_PRECISIONS = ("tf32", "fp16", "bf16", "mixed")
 PEAK_OF = {"mixed": "fp16", "bf16": "fp16"}  # fp16 inputs, fp32 accumulation: the half-precision peak
 # The reference source whose timing and libraries a tbs prediction is priced as: PyTorch 2.1 / CUDA 12.1, the
@@ -296,14 +300,23 @@ def size_on_curve(frame: pd.DataFrame) -> np.ndarray:
     return np.log10(np.maximum(np.where(kind == MEMORY, frame["bytes"].to_numpy(dtype=float), flops_per_sm), 1.0))
 
 
+def phase_curve_key(kind: np.ndarray, phase: np.ndarray) -> np.ndarray:
+    """Which rows take a phase's own size curve on top of their kind's (``PHASE_CURVES``), by key; '' for none."""
+    out = np.full(len(kind), "", dtype=object)
+    for key, (name, phases) in PHASE_CURVES.items():
+        out[(kind == name) & np.isin(phase, phases)] = key
+    return out
+
+
 def _size_correction(frame: pd.DataFrame, model: GpuModel) -> np.ndarray:
     out = np.zeros(len(frame))
     if not model.size_curves:
         return out
     kind, size = frame["kind"].to_numpy(), size_on_curve(frame)
+    phased = phase_curve_key(kind, frame["phase"].to_numpy()) if "phase" in frame else np.full(len(kind), "")
     for name, (xs, ys) in model.size_curves.items():
-        chosen = kind == name
-        out[chosen] = np.interp(size[chosen], xs, ys)
+        chosen = (kind == name) | (phased == name)  # a phase's curve adds to its kind's
+        out[chosen] += np.interp(size[chosen], xs, ys)
     return out
 
 
