@@ -149,18 +149,23 @@ def _program_path(path: Path) -> Path:
     return path.with_suffix(".hlo.json.gz")
 
 
+_READ: dict[Path, list[dict]] = {}  # each program's kernels, read once per run (a BERT-large's HLO is 10 MB)
+
+
 def cached_kernels(path: Path) -> list[dict] | None:
     """A cached program's kernels: read again from its optimised HLO where that is cached (so a change to
     tbs.backends.hlo_kernels re-prices every program without a recompile), else the kernels cached with it."""
     from tbs.backends import hlo_kernels
 
     program = _program_path(path)
-    if program.exists():
+    if path not in _READ and program.exists():
         saved = json.loads(gzip.decompress(program.read_bytes()))
         names = saved["names"]
-        return [dict(k, op=names.get(k["op"], k["op"])) if k.get("op") else k
-                for k in hlo_kernels.program_kernels(saved["hlo"])]
-    return json.loads(path.read_text()) if path.exists() else None
+        _READ[path] = [dict(k, op=names.get(k["op"], k["op"])) if k.get("op") else k
+                       for k in hlo_kernels.program_kernels(saved["hlo"])]
+    elif path not in _READ and path.exists():
+        _READ[path] = json.loads(path.read_text())
+    return [dict(k) for k in _READ[path]] if path in _READ else None
 
 
 @contextlib.contextmanager
