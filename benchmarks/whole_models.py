@@ -172,13 +172,13 @@ def cached_kernels(path: Path) -> list[dict] | None:
 def recording(path: Path):
     """Keeps the optimised HLO text that tbs's analysis reads kernels from (and each op name's Keras call path,
     as the analysis renames it) beside the kernels cached at ``path``."""
-    from tbs.backends import hlo_kernels, xla
+    from tbs.backends import xla
 
     original, seen = xla.kernels_of, {}
 
     def keep(text: str, rename=None):
-        ops = {k["op"] for k in hlo_kernels.program_kernels(text) if k.get("op")}
-        seen.update(hlo=text, names={op: rename(op) for op in ops} if rename else {})
+        ops = set(re.findall(r'op_name="([^"]*)"', text))  # every name a kernel can carry (hlo_kernels._op_name)
+        seen.update(hlo=text, names={op: rename(op) for op in ops if op} if rename else {})
         return original(text, rename)
 
     xla.kernels_of = keep

@@ -176,8 +176,8 @@ def _value_key(instruction: dict[str, Any]) -> tuple[str, str, str] | None:
     name = _op_name(instruction["attrs"])
     if not name or instruction["opcode"] in ("parameter", "constant"):
         return None
-    return name, instruction["opcode"], _SHAPE.search(instruction["shape"]).group(0) if _SHAPE.search(
-        instruction["shape"]) else instruction["shape"]
+    shape = _SHAPE.search(instruction["shape"])  # its type and dimensions, not its layout
+    return name, instruction["opcode"], shape.group(0) if shape else instruction["shape"]
 
 
 def _bytes_without_recompute(body: list[dict[str, Any]], operand_bytes: list[float], out_bytes: float,
@@ -251,7 +251,8 @@ def _kernels(computation: str, computations: dict[str, list[dict[str, Any]]], re
             for called in _CALLS.findall(attrs):
                 out += _kernels(called, computations, repeat * trips)
             continue
-        moved = shape_bytes(instruction["shape"]) + sum(shape_bytes(shapes.get(o, "")) for o in operands)
+        out_bytes, operand_bytes = shape_bytes(instruction["shape"]), [shape_bytes(shapes.get(o, "")) for o in operands]
+        moved = out_bytes + sum(operand_bytes)
         called = _CALLS.search(attrs) if opcode == "fusion" else None
         if opcode == "convolution" or (opcode == "custom-call" and _library(attrs) == "conv"):
             found = [dict(_convolution(instruction, shapes), bytes=moved)]
@@ -262,8 +263,7 @@ def _kernels(computation: str, computations: dict[str, list[dict[str, Any]]], re
         produced[instruction["name"]] = bool(found)
         fused = computations.get(called.group(1), []) if called else [instruction]
         if not found and called:
-            moved = _bytes_without_recompute(fused, [shape_bytes(shapes.get(o, "")) for o in operands],
-                                             shape_bytes(instruction["shape"]), computed)
+            moved = _bytes_without_recompute(fused, operand_bytes, out_bytes, computed)
         computed.update(key for key in map(_value_key, fused) if key)
         if not found:
             kernel: dict[str, Any] = {"kind": "memory", "flops": 0.0, "bytes": moved}
