@@ -167,11 +167,14 @@ class Run:
         o = self.options
         if is_path(o.model):
             # Training restores the file's own compile(): its loss and optimizer are what it trains with.
-            return load_model(Path(o.model), self.custom, scope=device.scope, safe_mode=o.safe_mode,
-                              compile=o.training is not None)
-        if self.source is None:  # pickled and hashed once, copied once per device
-            self.source = ModelSource.of(o.model)
-        return load_model_object(self.source, scope=device.scope)
+            loaded = load_model(Path(o.model), self.custom, scope=device.scope, safe_mode=o.safe_mode,
+                                compile=o.training is not None)
+        else:
+            if self.source is None:  # pickled and hashed once, copied once per device
+                self.source = ModelSource.of(o.model)
+            loaded = load_model_object(self.source, scope=device.scope)
+        device.fit_model(loaded.model)
+        return loaded
 
     def _inputs(self) -> tuple[list[InputSpec], list[np.ndarray] | None]:
         o, name = self.options, self.loaded.name

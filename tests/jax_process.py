@@ -20,6 +20,7 @@ from typing import Any
 from conftest import CLI_RUNS, assert_commands_ran
 
 SCRIPT = CLI_RUNS + r'''
+import sys
 import time
 import numpy as np
 from tbs import backends
@@ -64,6 +65,17 @@ phases = p.analysis.groupby("phase")["flops"].sum()
 out["analysed"] = {k: float(v) for k, v in phases.items()}
 out["row_flops"] = float(p.summary["flops"].sum())
 out["calibration"] = p.metadata["calibration"]
+# The host CPU of a GPU machine (seen on an H200): Keras on JAX takes the cuDNN LSTM whenever the process's
+# default backend is a GPU, whatever device it traces for. Make Keras think so, then profile and replay an LSTM on cpu:0.
+keras_rnn = sys.modules["keras.src.backend.jax.rnn"]
+gpu_available, keras_rnn._is_gpu_available = keras_rnn._is_gpu_available, (lambda: True)
+inp = keras.Input((6, 3))
+lstm_model = keras.Model(inp, keras.layers.Dense(1)(keras.layers.LSTM(4)(inp)))
+lp = tbs.profile(lstm_model, [2], devices=["cpu:0"], timing=timing, progress=None, report=False,
+                 out=job["training_out"] + "_lstm")
+lv = tbs.verify(lp, tbs.recommend(lp, "time"), model=lstm_model)
+out["lstm_in_a_gpu_process"] = [list(lp.summary["status"]), list(lp.model["status"]), lv.placed_right, lv.layers]
+keras_rnn._is_gpu_available = gpu_available
 print("RESULT" + json.dumps({"cli": runs, "training": out}))
 '''
 

@@ -178,6 +178,14 @@ def test_recommend_verify_runs_a_jax_placement(jax_dirs: dict[str, Any]) -> None
     assert "5 of 5 layers ran their ops on the device they were placed on" in jax_dirs["verify"]
 
 
+def test_an_lstm_on_the_host_cpu_of_a_gpu_machine_runs_the_cpus_loop_not_cudnn(jax_run: dict[str, Any]) -> None:
+    """On an H200 every LSTM traced for the host CPU took Keras's cuDNN path and failed to compile ('rnn_fwd'
+    has no CPU rule): each device's copy of the model now runs the LSTM that device runs (JaxDevice.fit_model)."""
+    layer_statuses, model_statuses, placed_right, layers = jax_run["training"]["lstm_in_a_gpu_process"]
+    assert layer_statuses == ["ok", "ok"] and model_statuses == ["ok"]
+    assert placed_right == layers == 2
+
+
 def test_devices_lists_each_backend() -> None:
     result = CliRunner().invoke(cli, ["devices"])
     assert result.exit_code == 0, result.output

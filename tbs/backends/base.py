@@ -154,6 +154,14 @@ class Device(ABC):
     def place(self, structure: Any) -> Any:
         """Copy every array/tensor in ``structure`` onto this device."""
 
+    def fit_model(self, model: Any) -> Any:
+        """Make this device's own copy of the model run as it would on this device alone (returns it).
+
+        Nothing to do by default; a backend whose layers choose their kernels by what the process has,
+        not by the device they are traced for, sets them here.
+        """
+        return model
+
     @abstractmethod
     def compile_blocked(self, call: Callable[..., Any], tensors: list[Any], xla: bool,
                         variables: Sequence[Any] = (), outputs_written: bool = False) -> Callable[[int], None]:

@@ -198,7 +198,7 @@ def _models_on(profile: Profile, devices: dict[str, Device], custom_objects: dic
         if not hasattr(model, "count_params"):
             raise TbsError(f"model: {type(model).__name__} is not a keras.Model; pass the model you profiled")
         source = ModelSource.of(model)  # pickled once for every device's copy
-        return {name: load_model_object(source, scope=d.scope).model for name, d in devices.items()}
+        return {name: d.fit_model(load_model_object(source, scope=d.scope).model) for name, d in devices.items()}
     recorded = profile.meta.model.get("path")
     if not recorded:
         raise TbsError("--verify replays the profiled model, and this profile was measured on an in-memory model: "
@@ -206,7 +206,7 @@ def _models_on(profile: Profile, devices: dict[str, Device], custom_objects: dic
     model_path = Path(recorded)
     if not model_path.is_file():
         raise TbsError(f"--verify needs the profiled model file '{model_path}' on this machine")
-    return {name: load_model(model_path, custom_objects, scope=d.scope, safe_mode=safe_mode).model
+    return {name: d.fit_model(load_model(model_path, custom_objects, scope=d.scope, safe_mode=safe_mode).model)
             for name, d in devices.items()}
 
 

@@ -107,6 +107,17 @@ class JaxDevice(Device):
     def scope(self) -> AbstractContextManager:
         return _jax().default_device(self.jax_device)
 
+    def fit_model(self, model: Any) -> Any:
+        """Keras on JAX takes the cuDNN LSTM whenever the process's default backend is a GPU
+        (``use_cudnn="auto"``), whatever device it traces for: on a GPU machine the host CPU's LSTM then
+        failed to compile ("MLIR translation rule for primitive 'rnn_fwd' not found for platform cpu",
+        seen on an H200). Off the GPU, this copy's LSTMs take the loop any CPU or TPU runs."""
+        if self.kind != "gpu":
+            for layer in model._flatten_layers(include_self=True, recursive=True):
+                if getattr(layer, "use_cudnn", None) == "auto":
+                    layer.use_cudnn = False
+        return model
+
     def place(self, structure: Any) -> Any:
         jax = _jax()
 
