@@ -15,10 +15,10 @@ from tbs.schema import DEFAULT_BACKEND, ProfileStatus
 
 
 def _profile(directory: str, host: str = "box", backend: str | None = "tensorflow",
-             input_source: str | None = "synthetic (seed 0)", status: str = "complete") -> Profile:
-    """The three-device toy profile, as measured in ``directory`` on ``host`` with ``backend``."""
+             input_source: str | None = "synthetic (seed 0)", status: str = "complete", cpu: str | None = None) -> Profile:
+    """The three-device toy profile, as measured in ``directory`` on ``host`` (with ``cpu``) with ``backend``."""
     profile = make_profile()
-    extra = {"host": {"hostname": host}, "status": status}
+    extra = {"host": {"hostname": host, **({"cpu_model": cpu} if cpu else {})}, "status": status}
     if backend is not None:
         extra["backend"] = backend
     if input_source is not None:
@@ -53,6 +53,16 @@ def test_other_hosts_and_backends_keep_their_devices_apart():
     by_backend = merge_profiles([_profile("runs/a"), _profile("runs/b", backend="jax")])
     assert {"cpu:0 (tf)", "cpu:0 (jax)"} <= set(by_backend.summary["device"])
     assert [d["host"] for d in by_backend.metadata["devices"]] == ["box"] * 6
+
+
+def test_machines_that_share_a_hostname_keep_their_devices_apart():
+    """The H200 machine and this one are both called 'vm': by the hostname alone, merging their profiles was refused
+    as one device measured twice."""
+    merged = merge_profiles([_profile("runs/gpu", host="vm", cpu="Intel(R) Xeon(R) Processor"),
+                             _profile("runs/here", host="vm", cpu="AMD EPYC")])
+    assert {"vm/cpu:0", "vm-2/cpu:0"} <= set(merged.summary["device"])
+    assert [d["host"] for d in merged.metadata["devices"]] == ["vm"] * 3 + ["vm-2"] * 3
+    assert "host vm " in _refusal(_profile("runs/a", host="vm", cpu="AMD EPYC"), _profile("runs/b", host="vm", cpu="AMD EPYC"))
 
 
 def test_user_data_and_synthetic_inputs_are_refused_naming_input_source():

@@ -95,15 +95,31 @@ def _device_names(profile: Profile) -> set[str]:
     return names
 
 
-def _check_distinct(profiles: list[Profile]) -> None:
-    """Refuse two profiles of one device on one host and backend: merged, their rows would share a label."""
-    seen: dict[tuple[str, str, str], Profile] = {}
+def machine_names(profiles: list[Profile]) -> list[str]:
+    """Each profile's machine, by its hostname; where one hostname names machines whose records differ (CPU,
+    core count, platform: two cloud VMs both called 'vm', a GPU machine and a laptop), ``name-2``, ``name-3``...
+    in the order given."""
+    seen: dict[str, list[tuple]] = {}
+    names = []
     for p in profiles:
+        record = tuple(str(p.meta.host.get(k)) for k in ("cpu_model", "cpu_count", "platform"))
+        machines = seen.setdefault(p.hostname, [])
+        if record not in machines:
+            machines.append(record)
+        index = machines.index(record)
+        names.append(p.hostname if index == 0 else f"{p.hostname}-{index + 1}")
+    return names
+
+
+def _check_distinct(profiles: list[Profile]) -> None:
+    """Refuse two profiles of one device on one machine and backend: merged, their rows would share a label."""
+    seen: dict[tuple[str, str, str], Profile] = {}
+    for p, machine in zip(profiles, machine_names(profiles)):
         for device in sorted(_device_names(p)):
-            key = (p.hostname, p.backend, device)
+            key = (machine, p.backend, device)
             if key in seen:
                 raise ProfileError(
-                    f"'{seen[key].directory}' and '{p.directory}' both measured {device} on host {p.hostname} "
+                    f"'{seen[key].directory}' and '{p.directory}' both measured {device} on host {machine} "
                     f"with {p.backend}: merged, their rows would share one device; pass each directory once, "
                     f"and merge profiles of different machines or backends"
                 )
@@ -163,11 +179,12 @@ def merge_profiles(profiles: list[Profile]) -> Profile:
     if len(profiles) == 1:
         return first
     _check_distinct(profiles)
-    hosts = {p.hostname for p in profiles}
+    machine = dict(zip(map(id, profiles), machine_names(profiles)))
+    hosts = set(machine.values())
     backends = {p.backend for p in profiles}
 
     def label(p: Profile, device: str) -> str:
-        name = f"{p.hostname}/{device}" if len(hosts) > 1 else device
+        name = f"{machine[id(p)]}/{device}" if len(hosts) > 1 else device
         return f"{name} ({short(p.backend)})" if len(backends) > 1 else name
 
     frames: dict[str, list[pd.DataFrame]] = {"summary": [], "model": [], "samples": [], "analysis": [],
@@ -183,7 +200,7 @@ def merge_profiles(profiles: list[Profile]) -> Profile:
             frames[name].append(frame)
         for key, found in per_device.items():
             found.update({label(p, d): v for d, v in getattr(p.meta, key).items()})
-        devices += [dict(d, name=label(p, d["name"]), host=p.hostname) for d in p.meta.devices]
+        devices += [dict(d, name=label(p, d["name"]), host=machine[id(p)]) for d in p.meta.devices]
         for kind, reason in p.meta.devices_missing.items():
             missing[label(p, kind)] = reason
         environments.append({k: p.meta.recorded(k) for k in ("host", "versions", "settings", "command", "started",
