@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import os
 import platform
@@ -50,20 +51,20 @@ DRY_TIMING = ("--min-samples", "3", "--min-span-seconds", "0.05", "--max-cell-se
 DRY_BUDGET_SCALE = 6.0  # the rehearsal's 2-core machine, shared with other work, runs the steps ~3-6x slower
 DRY_BATCH = {1: 1, 32: 2, 256: 2, 512: 4}  # the dry run's stand-in for each real batch size
 
-# Estimated seconds of each part on one H100, its process start apart (PROCESS_START_S). How they were
-# made (docs/gpu-run.md, "Time estimate"): cells (unique programs: dedupe measures identical calls once)
-# x about 0.2 s each to compile, analyse and warm up on the GPU, a (device, batch) group's sampling
-# (10 rounds of one 5 ms block per cell, at least 0.5 s), each device's calibration and copies, and the
-# compute at a fraction of the datasheet (H100: 67 TFLOP/s FP32, 495 TF32, 3.35 TB/s; the host's 16
-# cores about 0.4 TFLOP/s in practice). run.log records the real ones.
+# Seconds of each part on the GPU machine, its process start apart (PROCESS_START_S), from the first run on an
+# H200 (profiles/h200/runs/, 2026-11-27), which took 2-5x the datasheet estimates made before it: each unique
+# cell (dedupe measures identical calls once) costs about 1.1 s on the GPU (compile, XLA's analysis, warm-up,
+# 10+ samples of 5 ms blocks; a call's dispatch there is ~0.4 ms), so ResNet50's 48 cells took 68 s at batch 1;
+# the host CPU's side of a cpu,gpu profile (BERT-base at batch 32: 0.8 s a call) dominates where it is measured.
+# Parts cut before they finished are estimated from the share they measured.
 PROCESS_START_S = 8.0  # Python, JAX's CUDA client, Keras and tbs, in each step's process
 GPU_ESTIMATE_S: dict[str, float] = {
-    "build": 45, "cnn_flowers/inference": 27, "cnn_flowers/verify": 12, "resnet50/inference": 42,
-    "bert_base/inference": 32, "bert_base/training": 17,
-    "rnn_mnist/inference": 9, "rnn_sa/inference": 14, "nn_twins/inference": 8, "lstm_sunspots/inference": 14,
-    "cnn_flowers/training": 22, "rnn_mnist/training": 14, "rnn_sa/training": 22, "nn_twins/training": 12,
-    "lstm_sunspots/training": 22, "cnn_flowers/capacity": 12, "efficientnetb0/inference": 103,
-    "bert_base/training-cpu": 50, "resnet50/inference-cpu": 30, "efficientnetb0/inference-cpu": 45,
+    "build": 40, "cnn_flowers/inference": 55, "cnn_flowers/verify": 10, "resnet50/inference": 190,
+    "bert_base/inference": 70, "bert_base/training": 60,
+    "rnn_mnist/inference": 21, "rnn_sa/inference": 30, "nn_twins/inference": 8, "lstm_sunspots/inference": 35,
+    "cnn_flowers/training": 110, "rnn_mnist/training": 26, "rnn_sa/training": 60, "nn_twins/training": 22,
+    "lstm_sunspots/training": 60, "cnn_flowers/capacity": 18, "efficientnetb0/inference": 430,
+    "bert_base/training-cpu": 60, "resnet50/inference-cpu": 100, "efficientnetb0/inference-cpu": 150,
 }
 
 
@@ -100,10 +101,24 @@ class Settings:
     gpu: str  # the profiles' folder name: h100, h200, ... or cpu-dry-run
     prices: dict[str, float] = field(default_factory=dict)
     budget_scale: float = 1.0
+    earlier: Path | None = None  # --resume-from: an earlier run's profiles (<model>/<mode>/), finished here
 
     @property
     def devices(self) -> str:
-        return "cpu" if self.dry_run else "cpu,gpu"
+        """The GPU first: a (batch, device) group is measured in this order, so a step cut short keeps the GPU's
+        rows (the first H200 run's BERT step spent its budget on the host CPU and measured no GPU cell)."""
+        return "cpu" if self.dry_run else "gpu,cpu"
+
+    def earlier_status(self, name: str) -> str | None:
+        """The earlier run's profile ``name`` (model/mode): 'complete', another status (finished with --resume),
+        or None (not there: measured from the start)."""
+        folder = None if self.earlier is None else self.earlier / name
+        if folder is None or not (folder / "metadata.json").is_file():
+            return None
+        status = str(json.loads((folder / "metadata.json").read_text()).get("status"))
+        if status == "complete" and _failed_cells(folder):  # tbs profile --resume measures them again
+            return "complete with failed cells"
+        return status
 
     @property
     def gpu_only(self) -> str:
@@ -124,6 +139,33 @@ class Settings:
 
     def cost(self) -> str:
         return ",".join(f"{k}={v:g}" for k, v in self.prices.items())
+
+
+def _failed_cells(profile: Path) -> int:
+    """Cells recorded as failed (an error or out of memory): the host CPU's LSTMs on the first H200 run, say."""
+    rows = [profile / "summary.csv", profile / "model.csv"]
+    return sum(r.get("status") in ("error", "oom") for f in rows if f.is_file() for r in csv.DictReader(open(f)))
+
+
+def adopt_rebuilt_models(profiles: Path, models: Path) -> list[dict[str, str]]:
+    """Point each earlier profile at this run's build of its model, so ``tbs profile --resume`` takes it.
+
+    The models are rebuilt from code with seed 0: the same configuration and weights every time (checked), but
+    the pickle holds Keras's save time, so its sha256, which --resume compares, differs between builds. Returns
+    each profile adopted with both sha256s (environment.json keeps them: --resume rewrites the profile's own)."""
+    adopted = []
+    for meta_file in sorted(profiles.glob("*/*/metadata.json")):
+        model = models / f"{meta_file.parent.parent.name}.pkl"
+        meta = json.loads(meta_file.read_text())
+        if not model.is_file() or not isinstance(meta.get("model"), dict):
+            continue
+        digest = hashlib.sha256(model.read_bytes()).hexdigest()
+        if meta["model"].get("sha256") not in (None, digest):
+            adopted.append({"profile": f"{meta_file.parent.parent.name}/{meta_file.parent.name}",
+                            "measured_with_sha256": meta["model"]["sha256"], "rebuilt_sha256": digest})
+            meta["model"]["sha256"] = digest
+            meta_file.write_text(json.dumps(meta, indent=1))
+    return adopted
 
 
 def catalog_prices(dry_run: bool, gpu: str) -> dict[str, float]:
@@ -147,16 +189,26 @@ def _arguments(s: Settings, model: str, mode: str, devices: str, sizes: tuple[in
 
 
 def _profile(s: Settings, model: str, mode: str, devices: str, sizes: tuple[int, ...], extra: tuple[str, ...] = (),
-             note: str = "", env: tuple[tuple[str, str], ...] = ()) -> Step:
-    """One profile in a process of its own."""
+             note: str = "", env: tuple[tuple[str, str], ...] = ()) -> Step | None:
+    """One profile in a process of its own; None where the earlier run finished it, ``--resume`` where it did not."""
     name, args = f"{model}/{mode}", _arguments(s, model, mode, devices, sizes, extra)
+    earlier = s.earlier_status(name)
+    if earlier == "complete":
+        return None
+    if earlier is not None:
+        args, note = args + ("--resume",), f"{note}{'; ' if note else ''}resumes the earlier run's {earlier} profile"
     estimate = PROCESS_START_S + GPU_ESTIMATE_S[name]
     return Step(name, (PYTHON, "-m", "tbs", *args), estimate, _budget(estimate, s.budget_scale), devices,
                 s.batches(sizes), note, env, ((name, args),))
 
 
-def _together(s: Settings, name: str, parts: list[Step], note: str = "") -> Step:
-    """Several profiles in one process (one start-up), each on its own budget (benchmarks/gpu/in_one_process.py)."""
+def _together(s: Settings, name: str, parts: list[Step | None], note: str = "") -> Step | None:
+    """Several profiles in one process (one start-up), each on its own budget (benchmarks/gpu/in_one_process.py);
+    None where the earlier run finished every one."""
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
+    note = note or ", ".join(p.name.split("/")[0] for p in parts)
     runs = [{"name": p.name, "args": list(p.parts[0][1]), "budget_s": p.budget_s - PROCESS_START_S * s.budget_scale}
             for p in parts]
     estimate = PROCESS_START_S + sum(p.estimate_s - PROCESS_START_S for p in parts)
@@ -181,14 +233,15 @@ def plan(s: Settings) -> list[Step]:
                  note="Keras on JAX's CPU (the GPU untouched); no TensorFlow anywhere",
                  env=(("KERAS_BACKEND", "jax"), ("JAX_PLATFORMS", "cpu")))
     verify_s = PROCESS_START_S + GPU_ESTIMATE_S["cnn_flowers/verify"]
-    verify = Step("cnn_flowers/verify",
+    verify = None if s.earlier and (s.earlier / "cnn_flowers" / "verify.json").is_file() else Step(
+        "cnn_flowers/verify",
                   (PYTHON, str(ROOT / "benchmarks" / "gpu" / "verify.py"),
                    str(s.work / "profiles" / s.gpu / "cnn_flowers" / "inference"), s.batches((32,))),
                   verify_s, _budget(verify_s, s.budget_scale), s.devices, s.batches((32,)),
                   "tbs recommend --verify: the mixed placement run for real, predicted against measured",
                   s.two_devices)
     examples = [m for m in EXAMPLES if m != "cnn_flowers"]
-    return [
+    steps = [
         build,
         _profile(s, "cnn_flowers", "inference", s.devices, (32, 512), env=s.two_devices,
                  note="and the GPU's dispatch floor, host<->device copies (every cpu+gpu profile has them)"),
@@ -197,10 +250,8 @@ def plan(s: Settings) -> list[Step]:
         _together(s, "bert_base/inference+training", [
             _profile(s, "bert_base", "inference", s.devices, (32,)),
             _profile(s, "bert_base", "training", s.gpu_only, (32,))], "training on the GPU; its CPU at the end"),
-        _together(s, "examples/inference", [_profile(s, m, "inference", s.devices, (32, 512)) for m in examples],
-                  ", ".join(examples)),
-        _together(s, "examples/training", [_profile(s, m, "training", s.devices, (32, 512)) for m in EXAMPLES],
-                  ", ".join(EXAMPLES)),
+        _together(s, "examples/inference", [_profile(s, m, "inference", s.devices, (32, 512)) for m in examples]),
+        _together(s, "examples/training", [_profile(s, m, "training", s.devices, (32, 512)) for m in EXAMPLES]),
         _profile(s, "cnn_flowers", "capacity", s.gpu_only, (32,), ("--capacity",),
                  "--capacity: the largest batch that fits, by real calls"),
         _profile(s, "efficientnetb0", "inference", s.gpu_only, (1, 32, 256)),
@@ -209,6 +260,7 @@ def plan(s: Settings) -> list[Step]:
             _profile(s, "efficientnetb0", "inference-cpu", "cpu", (1, 32)),
             _profile(s, "bert_base", "training-cpu", "cpu", (32,))], "the host CPU beside the GPU-only profiles"),
     ]
+    return [st for st in steps if st is not None]
 
 
 def plan_text(steps: list[Step], s: Settings, total_s: float) -> str:
@@ -310,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-scale", type=float, default=None,
                         help=f"multiply every step's budget (default 1, {DRY_BUDGET_SCALE:g} with --dry-run)")
     parser.add_argument("--only", default=None, help="comma-separated step names (default: every step)")
+    parser.add_argument("--resume-from", type=Path, default=None,
+                        help="an earlier run's profiles (profiles/h200): its finished profiles are left out, "
+                             "the others resumed (tbs profile --resume), and every one packed again")
     args = parser.parse_args(argv)
     gpu, gpu_name = ("cpu-dry-run", platform.processor() or "cpu") if args.dry_run else find_gpu()
     if gpu is None and not args.plan:
@@ -321,7 +376,10 @@ def main(argv: list[str] | None = None) -> int:
     work = (args.work or Path(tempfile.gettempdir()) / "tbs-gpu-work").resolve()
     scale = args.budget_scale or (DRY_BUDGET_SCALE if args.dry_run else 1.0)
     total_s = args.total_seconds or TOTAL_S * scale
-    s = Settings(args.dry_run, work, gpu, catalog_prices(args.dry_run, gpu), scale)
+    if args.resume_from is not None and not args.resume_from.is_dir():
+        parser.error(f"--resume-from {args.resume_from}: no such folder (an earlier run's profiles, profiles/<gpu>)")
+    s = Settings(args.dry_run, work, gpu, catalog_prices(args.dry_run, gpu), scale,
+                 args.resume_from.resolve() if args.resume_from else None)
     steps = plan(s)
     if args.only:
         wanted = set(args.only.split(","))
@@ -337,6 +395,8 @@ def execute(steps: list[Step], s: Settings, gpu_name: str, out: Path, total_s: f
     out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(s.work / "profiles" / s.gpu, ignore_errors=True)  # an earlier run's profiles would be packed too
     s.work.mkdir(parents=True, exist_ok=True)
+    if s.earlier is not None:  # finished here with --resume, and packed again with what this run adds
+        shutil.copytree(s.earlier, s.work / "profiles" / s.gpu, ignore=shutil.ignore_patterns("runs", "report.html"))
     run_log, env_file = out / "run.log", out / "environment.json"
     started = time.monotonic()
 
@@ -359,6 +419,10 @@ def execute(steps: list[Step], s: Settings, gpu_name: str, out: Path, total_s: f
         env_file.write_text(json.dumps(record, indent=1, default=str))
         if st.name == "build" and result.status != "ok":
             log("not every model was built: the steps of those that were go on")
+        if st.name == "build" and s.earlier is not None:
+            record["rebuilt_models"] = adopt_rebuilt_models(s.work / "profiles" / s.gpu, s.work / "models")
+            log(f"{len(record['rebuilt_models'])} earlier profiles now name this build of their model (same code "
+                f"and seed; environment.json keeps both sha256s)")
         for group in groups_of([name for name, _ in st.parts]) if result.status != "skipped" else []:
             packed = pack(s.work / "profiles" / s.gpu, out, group)
             if packed is not None and packed.stat().st_size > MAX_FILE_BYTES:
