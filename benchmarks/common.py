@@ -5,6 +5,10 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -25,6 +29,13 @@ def profile_once(model_path: Path, batches: list[int], directory: Path, backend:
     """One profile (inference, or training) on the first CPU with the default statistics, written to directory."""
     return tbs.profile(model_path, batches, devices=["cpu:0"], backend=backend, out=directory,
                        timing=timing, progress=None, report=False, training=training)
+
+
+def markdown(frame: "pd.DataFrame") -> str:
+    """A DataFrame as a Markdown table (pandas' to_markdown needs tabulate, which tbs does not install)."""
+    header = "| " + " | ".join(str(c) for c in frame.columns) + " |\n|" + "---|" * len(frame.columns) + "\n"
+    return header + "".join("| " + " | ".join("" if v is None or v != v else str(v) for v in row) + " |\n"
+                            for row in frame.itertuples(index=False))
 
 
 def tool_overhead(profile: tbs.Profile) -> float | None:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from common import markdown  # noqa: E402
 
 SHORT = dict(min_samples=5, cell_budget_seconds=0.5, min_block_seconds=0.005, min_span_seconds=0.3)
 
@@ -52,14 +53,6 @@ def part(backend: str, out: Path) -> None:
         tbs.profile(path, [8], devices=["cpu:0"], backend=backend, out=out / f"{name}-{backend}",
                     timing=tbs.TimingConfig(**SHORT), progress=None, report=False)
     (out / f"{backend}.json").write_text(json.dumps(found, indent=1))
-
-
-def _markdown(frame) -> str:
-    """A DataFrame as a Markdown table (no tabulate needed)."""
-    rows = [list(map(str, frame.columns))] + [["" if v is None or v != v else str(v) for v in r]
-                                               for r in frame.itertuples(index=False)]
-    return "\n".join(["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
-                     + ["| " + " | ".join(r) + " |" for r in rows[1:]])
 
 
 def tables(out: Path) -> str:
@@ -91,7 +84,7 @@ def tables(out: Path) -> str:
             "why (jax)": jx.summary["in_model_note"].fillna(""),
         }), on="layer", how="outer")
         lines.append(f"### {name}, batch 8, per call\n")
-        lines.append(_markdown(merged))
+        lines.append(markdown(merged).rstrip("\n"))
         for label, p in (("tensorflow", tf), ("jax", jx)):
             m = p.model.iloc[0]
             lines.append(f"\n{label}: whole model measured {format_seconds(m['median_s'])}/call; traced call "

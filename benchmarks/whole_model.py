@@ -27,6 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import whole_models  # noqa: E402
+from common import markdown  # noqa: E402
 
 from tbs.predictions.catalog import load_catalog  # noqa: E402
 from tbs.predictions.gpu_model import GpuModel, gemm_shapes, predict_frame  # noqa: E402
@@ -156,11 +157,6 @@ def summary(scored: pd.DataFrame, by: list[str]) -> pd.DataFrame:
             row["inside a 90% band"] = f"{group['covered_90'].mean():.0%}"
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def markdown(frame: pd.DataFrame) -> str:
-    header = "| " + " | ".join(frame.columns) + " |\n|" + "---|" * len(frame.columns) + "\n"
-    return header + "".join("| " + " | ".join(str(v) for v in row) + " |\n" for row in frame.itertuples(index=False))
 
 
 def main() -> None:

@@ -1,0 +1,147 @@
+"""tbs's own GPU measurements (profiles/h200/, issue 29) against each other and against tbs's GPU predictions.
+
+    python benchmarks/gpu_measured.py        # a minute: reads the committed profiles, measures nothing
+
+1. Sum of the layers / the whole on the measured GPU and its host CPU: the compiled model (inference) or
+   the compiled train step (training), per model, batch and device, from each profile as measured.
+2. ``tbs predict`` from this machine's CPU profile of each model (profiles/cpu/<model>/inference) against
+   the GPU's measured rows: per layer and whole model, the median and p90 of |log(predicted / measured)|
+   (shown as a factor - 1) and how many measured times fall inside the prediction's 90% band.
+3. ``tbs recommend --verify`` as the GPU machine ran it: each placement predicted against measured.
+
+Writes benchmarks/gpu_measured.md and benchmarks/rows/gpu_measured.csv (one row per compared cell).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from common import ROOT, markdown
+
+import tbs  # noqa: E402
+
+MEASURED = ("ok", "noisy")
+WHOLE = "(model)"
+
+
+def _measured(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[frame["status"].isin(MEASURED) & frame["median_s"].notna()]
+
+
+def sum_against_whole(profile_dir: Path) -> list[dict]:
+    """Per (device, batch): the whole program's median, the sum of its layers' medians, and how many were measured."""
+    p = tbs.load(profile_dir)
+    layers = p.summary
+    out = []
+    for _, whole in _measured(p.model).iterrows():
+        mine = layers[(layers["device"] == whole["device"]) & (layers["batch_size"] == whole["batch_size"])]
+        done = _measured(mine)
+        total_s = float(done["median_s"].sum())
+        out.append(dict(model=profile_dir.parent.name, mode=profile_dir.name, device=whole["device"],
+                        batch=int(whole["batch_size"]), whole_ms=1e3 * float(whole["median_s"]),
+                        layers_ms=1e3 * total_s, measured=f"{len(done)} of {len(mine)}",
+                        ratio=total_s / float(whole["median_s"]) if len(done) == len(mine) else np.nan))
+    return out
+
+
+def compared_cells(cpu_dir: Path, gpu_dir: Path, catalog_id: str) -> pd.DataFrame:
+    """Each GPU cell the H200 measured beside the prediction ``tbs predict`` makes for it from the CPU profile."""
+    predicted = tbs.predict(cpu_dir, [catalog_id]).predictions
+    gpu = tbs.load(gpu_dir)
+    measured = pd.concat([_measured(gpu.summary)[["layer", "device", "batch_size", "category", "median_s"]],
+                          _measured(gpu.model).assign(layer=WHOLE, category="whole model")[
+                              ["layer", "device", "batch_size", "category", "median_s"]]])
+    measured = measured[(measured["device"] == "gpu:0") & measured["batch_size"].isin(predicted["batch_size"])]
+    merged = measured.merge(predicted[["layer", "batch_size", "median_s", "low_s", "high_s", "method"]],
+                            on=["layer", "batch_size"], suffixes=("_measured", "_predicted"))
+    merged = merged[(merged["median_s_measured"] > 0) & (merged["median_s_predicted"] > 0)]
+    merged.insert(0, "model", gpu_dir.parent.name)
+    merged["log_error"] = np.log(merged["median_s_predicted"] / merged["median_s_measured"])
+    merged["inside"] = merged["median_s_measured"].between(merged["low_s"], merged["high_s"])
+    return merged.reset_index(drop=True)
+
+
+def error_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """Median and p90 error, inside-band share and the typical ratio, per model and for layers vs whole models."""
+    def row(group: pd.DataFrame) -> dict:
+        error = group["log_error"].abs()
+        return {"cells": len(group), "median error": f"{np.expm1(error.median()):.0%}",
+                "p90 error": f"{np.expm1(error.quantile(0.9)):.0%}",
+                "median predicted / measured": f"{np.exp(group['log_error'].median()):.2f}",
+                "inside the 90% band": f"{group['inside'].mean():.0%}"}
+
+    cells = cells.assign(what=np.where(cells["layer"] == WHOLE, "whole model", "layers"))
+    rows = [dict(model=m, what=w, **row(g)) for (m, w), g in cells.groupby(["model", "what"], sort=True)]
+    rows += [dict(model="all", what=w, **row(g)) for w, g in cells.groupby("what", sort=True)]
+    return pd.DataFrame(rows)
+
+
+def verify_table(verify_json: Path) -> pd.DataFrame:
+    result = json.loads(verify_json.read_text())["verification"]["results"]
+    return pd.DataFrame([{"placement": r["placement"],
+                          "predicted µs/sample": f"{1e6 * r['predicted_seconds_per_sample']:.1f}",
+                          "measured µs/sample": f"{1e6 * r['measured_seconds_per_sample']:.1f}",
+                          "95% CI": f"{1e6 * r['ci_low_seconds_per_sample']:.0f}-{1e6 * r['ci_high_seconds_per_sample']:.0f}",
+                          "predicted / measured": f"{r['predicted_seconds_per_sample'] / r['measured_seconds_per_sample']:.2f}"}
+                         for r in result])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gpu-profiles", type=Path, default=ROOT / "profiles" / "h200")
+    parser.add_argument("--cpu-profiles", type=Path, default=ROOT / "profiles" / "cpu")
+    parser.add_argument("--catalog-device", default="h200", help="the catalog id the GPU is predicted as")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "gpu_measured.md")
+    args = parser.parse_args()
+    sums = [r for d in sorted(args.gpu_profiles.glob("*/*/")) if (d / "model.csv").is_file()
+            for r in sum_against_whole(d)]
+    cells = pd.concat([compared_cells(cpu, args.gpu_profiles / cpu.parent.name / "inference", args.catalog_device)
+                       for cpu in sorted(args.cpu_profiles.glob("*/inference"))
+                       if (args.gpu_profiles / cpu.parent.name / "inference" / "model.csv").is_file()],
+                      ignore_index=True)
+    cells.to_csv(ROOT / "benchmarks" / "rows" / "gpu_measured.csv", index=False)
+    lines = [render(pd.DataFrame(sums), error_table(cells), cells,
+                    verify_table(args.gpu_profiles / "cnn_flowers" / "verify.json"), args)]
+    args.out.write_text("\n".join(lines))
+    print(args.out.read_text())
+
+
+def _shown(path: Path) -> str:
+    return str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path)
+
+
+def render(sums: pd.DataFrame, errors: pd.DataFrame, cells: pd.DataFrame, verify: pd.DataFrame,
+           args: argparse.Namespace) -> str:
+    sums = sums.assign(whole_ms=sums["whole_ms"].map("{:.3g}".format), layers_ms=sums["layers_ms"].map("{:.3g}".format),
+                       ratio=sums["ratio"].map(lambda r: "" if np.isnan(r) else f"{r:.2f}"))
+    worst = cells.reindex(cells["log_error"].abs().sort_values(ascending=False).index).head(12)
+    worst = worst.assign(measured_us=(1e6 * worst["median_s_measured"]).map("{:.3g}".format),
+                         predicted_us=(1e6 * worst["median_s_predicted"]).map("{:.3g}".format),
+                         ratio=np.exp(worst["log_error"]).map("{:.2f}".format))
+    sums = sums.rename(columns={"whole_ms": "whole ms/call", "layers_ms": "Σ layers ms/call", "ratio": "Σ / whole"})
+    worst = worst[["model", "layer", "category", "batch_size", "measured_us", "predicted_us", "ratio", "inside"]].rename(
+        columns={"measured_us": "measured µs/call", "predicted_us": "predicted µs/call", "ratio": "predicted / measured"})
+    gpu, cpu = _shown(args.gpu_profiles), _shown(args.cpu_profiles)
+    return "\n".join([
+        "# tbs's own GPU measurements (issue 29)", "",
+        f"`python benchmarks/gpu_measured.py`: the profiles in `{gpu}/`, measured by `benchmarks/gpu/run.sh` on one "
+        f"NVIDIA H200 (`{gpu}/runs/` holds each run's log and environment), and this machine's CPU profiles in "
+        f"`{cpu}/`. Nothing here is re-measured.", "",
+        "## Sum of the layers against the whole compiled program", "",
+        "Each layer is timed alone as a compiled loop; the whole model (inference) or train step (training) is "
+        "timed the same way. A ratio is given only where every layer was measured (a cut run leaves some out).", "",
+        markdown(sums), "",
+        f"## `tbs predict` from a CPU profile against the measured GPU (as catalog device `{args.catalog_device}`)", "",
+        "Errors are |log(predicted / measured)| shown as a factor - 1; the band is the prediction's 90% band. "
+        "Layers measured at 0 (inactive in inference) are left out.", "",
+        markdown(errors), "", "The cells furthest off:", "", markdown(worst), "",
+        "## `tbs recommend --verify` on the GPU machine (cnn_flowers, batch 32, objective time)", "",
+        markdown(verify), ""])
+
+if __name__ == "__main__":
+    main()
