@@ -67,7 +67,9 @@ def test_a_layer_becomes_the_gemm_its_library_runs():
     on_tf = work_of(lstm, "rnn", 1e9, 1e6, 16, "tensorflow")
     assert (on_tf.kind, on_tf.steps, on_tf.m, on_tf.n, on_tf.k, on_tf.fused) == (RECURRENT, 300, 16, 512, 128, True)
     assert on_tf.input_gemm == (16 * 300, 512, 64)
-    assert not work_of(lstm, "rnn", 1e9, 1e6, 16, "jax").fused  # JAX runs an RNN as a loop of kernels
+    assert work_of(lstm, "rnn", 1e9, 1e6, 16, "jax").fused  # Keras on JAX runs cuDNN's LSTM on a GPU
+    gru = LayerRecord(name="g", type="GRU", category="rnn", input_shapes=[[None, 300, 64]], output_shapes=[[None, 128]])
+    assert not work_of(gru, "rnn", 1e9, 1e6, 16, "jax").fused  # and its GRU as a loop of kernels (no cuDNN GRU)
     assert work_of(None, "pooling", 1e6, 1e6, 8, "tensorflow").kind == MEMORY
 
 

@@ -52,12 +52,14 @@ class Backend:
         return importlib.import_module(f"{self.package}.{part}")
 
 
-# Keras 3: TensorFlow picks cuDNN for LSTM/GRU with their default activations; JAX runs every RNN as a loop.
+# Keras 3: TensorFlow picks cuDNN for LSTM/GRU with their default activations; on JAX, Keras runs the LSTM through
+# cuDNN (jax.experimental.rnn: seen on an H200, where rnn_sa's LSTM priced as a loop read 3-3.7x its measured time)
+# and every other RNN as a loop (JAX has no cuDNN GRU).
 REGISTRY: dict[str, Backend] = {b.name: b for b in (
     Backend("tensorflow", "tbs.backends.tensorflow", requires="tensorflow", install="pip install tensorflow",
             short="tf", string_ops=True, always_xla=False, fused_gpu_rnn=("LSTM", "GRU")),
     Backend("jax", "tbs.backends.jax", requires="jaxlib", install="pip install 'tbs[jax]'",
-            short="jax", string_ops=False, always_xla=True),
+            short="jax", string_ops=False, always_xla=True, fused_gpu_rnn=("LSTM",)),
 )}
 BACKENDS = tuple(REGISTRY)
 # The files every backend's folder has (a backend may add its own, as tensorflow/loop.py).
