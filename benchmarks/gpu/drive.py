@@ -363,8 +363,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"multiply every step's budget (default 1, {DRY_BUDGET_SCALE:g} with --dry-run)")
     parser.add_argument("--only", default=None, help="comma-separated step names (default: every step)")
     parser.add_argument("--resume-from", type=Path, default=None,
-                        help="an earlier run's profiles (profiles/h200): its finished profiles are left out, "
-                             "the others resumed (tbs profile --resume), and every one packed again")
+                        help="where earlier runs' profiles are (profiles): those of this GPU (profiles/h200 on an "
+                             "H200) that finished are left out, the others resumed (tbs profile --resume) and packed "
+                             "again; a GPU with none there is measured from the start")
     args = parser.parse_args(argv)
     gpu, gpu_name = ("cpu-dry-run", platform.processor() or "cpu") if args.dry_run else find_gpu()
     if gpu is None and not args.plan:
@@ -377,9 +378,13 @@ def main(argv: list[str] | None = None) -> int:
     scale = args.budget_scale or (DRY_BUDGET_SCALE if args.dry_run else 1.0)
     total_s = args.total_seconds or TOTAL_S * scale
     if args.resume_from is not None and not args.resume_from.is_dir():
-        parser.error(f"--resume-from {args.resume_from}: no such folder (an earlier run's profiles, profiles/<gpu>)")
+        parser.error(f"--resume-from {args.resume_from}: no such folder (where earlier runs' profiles are: profiles)")
+    earlier = args.resume_from / gpu if args.resume_from is not None else None
+    if earlier is not None and not earlier.is_dir():
+        print(f"no earlier profiles of this GPU in {earlier}: every step from the start", flush=True)
+        earlier = None
     s = Settings(args.dry_run, work, gpu, catalog_prices(args.dry_run, gpu), scale,
-                 args.resume_from.resolve() if args.resume_from else None)
+                 earlier.resolve() if earlier else None)
     steps = plan(s)
     if args.only:
         wanted = set(args.only.split(","))
