@@ -15,6 +15,7 @@ Writes benchmarks/gpu_measured.md and benchmarks/rows/gpu_measured.csv (one row 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -91,6 +92,75 @@ def verify_table(verify_json: Path) -> pd.DataFrame:
                          for r in result])
 
 
+def seed_claims(gpu_profiles: Path) -> pd.DataFrame:
+    """The TBS paper's three GPU claims, on the H200 machine's measured rows (its host CPU beside the GPU)."""
+    rows = []
+    for model, layers, claim in (("cnn_flowers", ("conv2d", "conv2d_1"), "conv faster on the GPU"),
+                                 ("cnn_flowers", ("rescaling",), "preprocessing cheaper on the CPU"),
+                                 ("rnn_mnist", ("simple_rnn",), "RNN faster on the GPU only at large batches")):
+        folder = gpu_profiles / model / "inference"
+        if not (folder / "summary.csv").is_file():
+            continue
+        cells = _measured(tbs.load(folder).summary)
+        for (layer, batch), group in cells[cells["layer"].isin(layers)].groupby(["layer", "batch_size"]):
+            by = group.set_index("device")
+            if not {"cpu:0", "gpu:0"} <= set(by.index):
+                continue
+            cpu, gpu = by.loc["cpu:0"], by.loc["gpu:0"]
+            rows.append({"claim": claim, "layer": f"{model}/{layer}", "batch": int(batch),
+                         "cpu µs/sample": f"{1e6 * cpu['per_sample_s']:.3g}", "gpu µs/sample": f"{1e6 * gpu['per_sample_s']:.3g}",
+                         "cpu $/1M": f"{1e6 * cpu['cost_per_sample_usd']:.3g}", "gpu $/1M": f"{1e6 * gpu['cost_per_sample_usd']:.3g}",
+                         "faster": "gpu" if gpu["per_sample_s"] < cpu["per_sample_s"] else "cpu",
+                         "cheaper": "gpu" if gpu["cost_per_sample_usd"] < cpu["cost_per_sample_usd"] else "cpu"})
+    return pd.DataFrame(rows)
+
+
+def _without(profile: tbs.Profile, device: str) -> tbs.Profile:
+    """The profile as if ``device`` had not been measured (its rows, metadata and copies left out)."""
+    def keep(frame: pd.DataFrame) -> pd.DataFrame:
+        if not len(frame):
+            return frame
+        mask = pd.Series(True, index=frame.index)
+        for column in ("device", "source", "destination", "src", "dst"):
+            if column in frame:
+                mask &= frame[column].astype(str) != device
+        return frame[mask]
+
+    metadata = dict(profile.metadata, devices=[d for d in profile.metadata["devices"] if d["name"] != device])
+    return dataclasses.replace(profile, metadata=metadata, **{name: keep(getattr(profile, name)) for name in
+                                                              ("summary", "model", "samples", "analysis", "transfers")})
+
+
+def placements(gpu_profiles: Path, catalog_id: str) -> pd.DataFrame:
+    """``tbs recommend`` on the H200 machine's measured CPU and GPU, against the same with the GPU predicted
+    (``tbs predict`` from that host CPU's rows, --include-predicted): does the placement change?"""
+    rows = []
+    for folder in sorted(gpu_profiles.glob("*/inference")):
+        measured = tbs.load(folder)
+        if not {"cpu:0", "gpu:0"} <= set(_measured(measured.summary)["device"]):  # BERT: no GPU cell yet
+            continue
+        usd_per_hour = measured.metadata["prices_usd_per_hour"]
+        predicted = tbs.predict(_without(measured, "gpu:0"), [catalog_id], source="cpu:0",
+                                prices={catalog_id: usd_per_hour.get("gpu:0") or usd_per_hour.get("gpu")})
+        for batch in measured.meta.batch_sizes:
+            for objective in ("time", "cost"):
+                real = tbs.recommend(measured, objective, batch_size=batch)
+                try:
+                    guess = tbs.recommend(predicted, objective, batch_size=batch, include_predicted=True)
+                except tbs.TbsError as exc:  # a layer the host CPU failed (its LSTMs, the first run) has no prediction
+                    rows.append({"model": folder.parent.name, "batch": batch, "objective": objective,
+                                 "same placement": f"not predictable: {str(exc).split(':')[0]}"})
+                    continue
+                on_gpu = [layer for layer, d in real.chosen.placement.items() if d == "gpu:0"]
+                guessed = [layer for layer, d in guess.chosen.placement.items() if d == catalog_id]
+                rows.append({"model": folder.parent.name, "batch": batch, "objective": objective,
+                             "layers on the GPU, measured": str(len(on_gpu)), "predicted": str(len(guessed)),
+                             "same placement": "yes" if set(on_gpu) == set(guessed) else "no",
+                             "µs/sample, measured rows": f"{1e6 * real.chosen.seconds_per_batch / batch:.3g}",
+                             "µs/sample, predicted rows": f"{1e6 * guess.chosen.seconds_per_batch / batch:.3g}"})
+    return pd.DataFrame(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gpu-profiles", type=Path, default=ROOT / "profiles" / "h200")
@@ -105,9 +175,18 @@ def main() -> None:
                        if (args.gpu_profiles / cpu.parent.name / "inference" / "model.csv").is_file()],
                       ignore_index=True)
     cells.to_csv(ROOT / "benchmarks" / "rows" / "gpu_measured.csv", index=False)
-    lines = [render(pd.DataFrame(sums), error_table(cells), cells,
-                    verify_table(args.gpu_profiles / "cnn_flowers" / "verify.json"), args)]
-    args.out.write_text("\n".join(lines))
+    text = render(pd.DataFrame(sums), error_table(cells), cells,
+                  verify_table(args.gpu_profiles / "cnn_flowers" / "verify.json"), args)
+    text += "\n".join([
+        "## The seed's claims, measured (the H200 machine's host CPU and GPU, the catalog's prices)", "",
+        markdown(seed_claims(args.gpu_profiles)), "",
+        "## `tbs recommend` with the GPU measured, and with it predicted from the same host CPU", "",
+        "The measured profile's devices (its host CPU and the GPU), against the same profile with the GPU's rows "
+        f"left out and `{args.catalog_device}` predicted from "
+        "the host CPU's rows (`--include-predicted`), at the same prices. The times are each placement's own "
+        "(measured rows against predicted rows).", "",
+        markdown(placements(args.gpu_profiles, args.catalog_device).fillna("")), ""])
+    args.out.write_text(text)
     print(args.out.read_text())
 
 
