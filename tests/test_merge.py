@@ -8,7 +8,7 @@ import pytest
 
 from test_report_views import make_profile
 from tbs.errors import ProfileError
-from tbs.profiles.merge import merge_profiles
+from tbs.profiles.merge import machine_names, merge_profiles
 from tbs.profiles.profile import Profile
 from tbs.report import html
 from tbs.schema import DEFAULT_BACKEND, ProfileStatus
@@ -62,6 +62,9 @@ def test_machines_that_share_a_hostname_keep_their_devices_apart():
                              _profile("runs/here", host="vm", cpu="AMD EPYC")])
     assert {"vm/cpu:0", "vm-2/cpu:0"} <= set(merged.summary["device"])
     assert [d["host"] for d in merged.metadata["devices"]] == ["vm"] * 3 + ["vm-2"] * 3
+    assert machine_names([_profile("runs/old", host="vm"), _profile("runs/new", host="vm", cpu="AMD EPYC")]) == [
+        "vm", "vm-2"] and machine_names([_profile("a", host="vm", cpu="AMD EPYC"), _profile("b", host="vm")]) == [
+        "vm", "vm"]  # a profile that records only its hostname is that hostname's first machine
     assert "host vm " in _refusal(_profile("runs/a", host="vm", cpu="AMD EPYC"), _profile("runs/b", host="vm", cpu="AMD EPYC"))
 
 

@@ -131,7 +131,8 @@ def _fused_row(profile: Profile, source_device: str, summed: dict[str, Any], lay
                           (("conv", "convolution", "s"), ("gemm", "GEMM", "s"), ("memory", "memory pass", "es"))
                           if counts.get(k))
     return dict(summed, method=f"{whole.METHOD}: {described} of the whole program compiled for {source_device}, "
-                               f"{precision} (a framework's step adds about {whole.HOST_OVERHEAD_S * 1e3:.2g} ms outside the program)"
+                               f"{precision} (a framework's step adds about {whole.HOST_OVERHEAD_S * 1e3:.2g} ms "
+                               f"outside the program)"
                                f"{' + the host-only layers measured on the CPU' if host else ''} "
                                f"(the sum of the isolated layers' predictions: {summed['median_s'] * 1e3:.3g} ms); "
                                f"{whole.BAND_PERCENT}% band{whole.TRAINING_CAVEAT if mode == 'training' else ''}",

@@ -104,9 +104,9 @@ def machine_names(profiles: list[Profile]) -> list[str]:
     for p in profiles:
         record = tuple(str(p.meta.host.get(k)) for k in ("cpu_model", "cpu_count", "platform"))
         machines = seen.setdefault(p.hostname, [])
-        if record not in machines:
+        if record not in machines and (set(record) != {"None"} or not machines):  # no record: the first one's
             machines.append(record)
-        index = machines.index(record)
+        index = machines.index(record) if record in machines else 0
         names.append(p.hostname if index == 0 else f"{p.hostname}-{index + 1}")
     return names
 
