@@ -11,7 +11,7 @@ import re
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -189,6 +189,14 @@ class Device(ABC):
     @abstractmethod
     def run_placed(self, call: Any, args: tuple, kwargs: dict) -> Any:
         """Run one recorded layer call here, inside a replayed forward pass (verifying a placement)."""
+
+    def run_segment(self, key: Hashable, calls: list[Any], run: Callable[..., list[Any]],
+                    tensors: list[Any]) -> list[Any]:
+        """Run consecutive placed calls here, inside a replayed forward pass: ``run(*tensors, invoke=...)`` calls
+        ``invoke(call, args, kwargs)`` for each. One call at a time by default (``run_placed``), which is one
+        program already where the replay is one graph (TensorFlow); ``key`` names the run for a backend that
+        compiles it once."""
+        return run(*tensors, invoke=self.run_placed)
 
     @abstractmethod
     def replay_runner(self, replay: Callable[..., Any], tensors: list[Any]) -> Callable[[int], None]:

@@ -4,9 +4,10 @@ The split model is the recorded forward pass replayed: every leaf call, in
 order, runs inside its chosen device's scope, on that device's own copy of the
 model (weights live where they run), and each tensor flows from the call that
 produced it — so only the activations that cross devices move. On TensorFlow the
-replay is one graph with a device scope per call; on JAX each call is compiled
-for its device and the replay copies inputs between them (one jit cannot span
-devices).
+replay is one graph with a device scope per call; on JAX each run of consecutive
+calls on one device is compiled as one program for it (``Device.run_segment``: one
+jit cannot span devices, but a split is deployed as one program per run) and the
+replay copies inputs between them.
 Single-device placements are replayed the same way from the same host inputs,
 and all runners are sampled in interleaved rounds with the profiler's statistics.
 A training profile's placement is verified as a whole train step: each call's
@@ -57,21 +58,69 @@ def dataflow(capture: Capture, model_inputs: Any) -> tuple[list[list[Source | No
     return plan, outputs
 
 
+@dataclass(frozen=True)
+class Segment:
+    """Consecutive calls placed on one device: what a split deploys as one program there (``Device.run_segment``)."""
+
+    device: str
+    names: tuple[str, ...]
+    inputs: tuple[Source, ...]  # the values it reads that came from elsewhere (graph inputs, other segments)
+    outputs: tuple[Source, ...]  # the values it makes that a later segment or the model's outputs read
+
+
+def segments(placement: dict[str, str], plan: list[list[Source | None]], outputs: list[Source],
+             order: list[str]) -> list[Segment]:
+    """The calls in order, cut wherever the device changes."""
+    runs: list[tuple[str, list[int]]] = []
+    for index, name in enumerate(order):
+        if runs and runs[-1][0] == placement[name]:
+            runs[-1][1].append(index)
+        else:
+            runs.append((placement[name], [index]))
+    read_after: list[list[Source]] = []  # for each run, what the runs after it and the model's outputs read
+    later: dict[Source, None] = dict.fromkeys(outputs)  # an ordered set: the same order in every process
+    for _, indices in reversed(runs):
+        read_after.append(list(later))
+        later.update(dict.fromkeys(s for i in indices for s in plan[i] if s is not None))
+    read_after.reverse()
+    found = []
+    for (device, indices), wanted in zip(runs, read_after):
+        names = tuple(order[i] for i in indices)
+        inputs = tuple(dict.fromkeys(s for i in indices for s in plan[i] if s is not None and s[0] not in names))
+        outs = tuple(s for s in wanted if s[0] in names)
+        found.append(Segment(device, names, inputs, outs))
+    return found
+
+
 def replay_fn(placement: dict[str, str], calls_on: dict[str, dict[str, LayerCall]], devices: dict[str, Device],
               plan: list[list[Source | None]], outputs: list[Source], order: list[str]) -> Callable[..., Any]:
-    """A function of the model's flat inputs that runs every call on its placed device."""
+    """A function of the model's flat inputs that runs every call on its placed device, each run of calls on one
+    device as one program where the backend compiles it so (JAX: a jit cannot span devices, but can span a run)."""
+    sources_of = dict(zip(order, plan))
+
+    def body(segment: Segment) -> Callable[..., list[Any]]:
+        calls = [calls_on[segment.device][name] for name in segment.names]
+
+        def run(*tensors: Any, invoke: Callable[[Any, tuple, dict], Any]) -> list[Any]:
+            values: dict[Source, Any] = dict(zip(segment.inputs, tensors))
+            for call in calls:
+                fed = [x if source is None else values[source]
+                       for x, source in zip(iter_tensors((call.args, call.kwargs)), sources_of[call.name])]
+                args, kwargs = replace_tensors((call.args, call.kwargs), fed)
+                for i, tensor in enumerate(iter_tensors(invoke(call, args, kwargs))):
+                    values[(call.name, i)] = tensor
+            return [values[source] for source in segment.outputs]
+
+        return run
+
+    parts = [(segment, body(segment)) for segment in segments(placement, plan, outputs, order)]
 
     def replay(*model_inputs: Any) -> Any:
         values: dict[Source, Any] = {(GRAPH_INPUT, i): x for i, x in enumerate(model_inputs)}
-        for name, sources in zip(order, plan):
-            device = placement[name]
-            call = calls_on[device][name]
-            fed = [x if source is None else values[source]
-                   for x, source in zip(iter_tensors((call.args, call.kwargs)), sources)]
-            args, kwargs = replace_tensors((call.args, call.kwargs), fed)
-            out = devices[device].run_placed(call, args, kwargs)
-            for i, tensor in enumerate(iter_tensors(out)):
-                values[(name, i)] = tensor
+        for segment, run in parts:
+            calls = [calls_on[segment.device][name] for name in segment.names]
+            made = devices[segment.device].run_segment(segment, calls, run, [values[s] for s in segment.inputs])
+            values.update(zip(segment.outputs, made))
         return [values[source] for source in outputs]
 
     return replay

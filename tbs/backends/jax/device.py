@@ -100,6 +100,7 @@ class JaxDevice(Device):
         super().__init__(kind, index, description, memory_bytes)
         self.jax_device = jax_device
         self._placed_calls: dict[str, tuple[Callable[..., Any], list[Any]]] = {}
+        self._segments: dict[Any, tuple[Callable[..., Any], list[Any]]] = {}
 
     def __repr__(self) -> str:
         return f"JaxDevice({self.name}, {self.jax_device})"
@@ -287,6 +288,22 @@ class JaxDevice(Device):
                                                         self._values_here(variables))
         fn, values = compiled
         return fn(values, *[self.put(t) for t in iter_tensors((args, kwargs))])
+
+    def run_segment(self, key: Any, calls: list[Any], run: Callable[..., list[Any]], tensors: list[Any]) -> list[Any]:
+        """The run of calls compiled once as one program for this device (their weights here), as a split is
+        deployed: one dispatch for the run, not one per call (each call's was ~0.4 ms on an H200, and a replay of
+        cnn_flowers' 12 layers on it measured 2.3x its prediction)."""
+        jax = _jax()
+        compiled = self._segments.get(key)
+        if compiled is None:
+            variables = list({id(v): v for call in calls for v in getattr(call.op, "variables", ())}.values())
+
+            def program(*tensors: Any) -> list[Any]:
+                return run(*tensors, invoke=lambda call, args, kwargs: call.invoke(*args, **kwargs))
+
+            compiled = self._segments[key] = (jax.jit(_stateless(program, variables)), self._values_here(variables))
+        fn, values = compiled
+        return fn(values, *[self.put(t) for t in tensors])
 
     def _values_here(self, variables: list[Any]) -> list[Any]:
         """The variables' current values, on this device."""
