@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import hashlib
 import json
 import os
 import platform
@@ -36,7 +35,8 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # GROUPS and MAX_FILES are read by the tests through this module
-from records import EXAMPLES, GROUPS, MAX_FILE_BYTES, MAX_FILES, environment_record, groups_of, pack  # noqa: E402,F401
+from records import (EXAMPLES, GROUPS, MAX_FILE_BYTES, MAX_FILES, adopt_rebuilt_models, environment_record,  # noqa: E402,F401
+                     failed_cells, groups_of, pack)
 PYTHON = sys.executable
 KILL_GRACE_S = 15.0  # after Ctrl-C, how long a step may take to write its last rows
 PACK_RESERVE_S = 15.0  # kept back from the total budget for packing
@@ -116,7 +116,7 @@ class Settings:
         if folder is None or not (folder / "metadata.json").is_file():
             return None
         status = str(json.loads((folder / "metadata.json").read_text()).get("status"))
-        if status == "complete" and _failed_cells(folder):  # tbs profile --resume measures them again
+        if status == "complete" and failed_cells(folder):  # tbs profile --resume measures them again
             return "complete with failed cells"
         return status
 
@@ -139,33 +139,6 @@ class Settings:
 
     def cost(self) -> str:
         return ",".join(f"{k}={v:g}" for k, v in self.prices.items())
-
-
-def _failed_cells(profile: Path) -> int:
-    """Cells recorded as failed (an error or out of memory): the host CPU's LSTMs on the first H200 run, say."""
-    rows = [profile / "summary.csv", profile / "model.csv"]
-    return sum(r.get("status") in ("error", "oom") for f in rows if f.is_file() for r in csv.DictReader(open(f)))
-
-
-def adopt_rebuilt_models(profiles: Path, models: Path) -> list[dict[str, str]]:
-    """Point each earlier profile at this run's build of its model, so ``tbs profile --resume`` takes it.
-
-    The models are rebuilt from code with seed 0: the same configuration and weights every time (checked), but
-    the pickle holds Keras's save time, so its sha256, which --resume compares, differs between builds. Returns
-    each profile adopted with both sha256s (environment.json keeps them: --resume rewrites the profile's own)."""
-    adopted = []
-    for meta_file in sorted(profiles.glob("*/*/metadata.json")):
-        model = models / f"{meta_file.parent.parent.name}.pkl"
-        meta = json.loads(meta_file.read_text())
-        if not model.is_file() or not isinstance(meta.get("model"), dict):
-            continue
-        digest = hashlib.sha256(model.read_bytes()).hexdigest()
-        if meta["model"].get("sha256") not in (None, digest):
-            adopted.append({"profile": f"{meta_file.parent.parent.name}/{meta_file.parent.name}",
-                            "measured_with_sha256": meta["model"]["sha256"], "rebuilt_sha256": digest})
-            meta["model"]["sha256"] = digest
-            meta_file.write_text(json.dumps(meta, indent=1))
-    return adopted
 
 
 def catalog_prices(dry_run: bool, gpu: str) -> dict[str, float]:

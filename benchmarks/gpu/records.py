@@ -1,4 +1,5 @@
-"""What the GPU run hands back besides its log: the environment it ran in, and its profiles packed.
+"""What the GPU run hands back besides its log: the environment it ran in, and its profiles packed; and what
+it reads of an earlier run's profiles (--resume-from): their failed cells, and the model builds they name.
 
 The packed files: one tar.gz per group of models, re-written after each step of the group so that a
 run stopped from outside still leaves what it measured; with run.log, steps.log and environment.json
@@ -7,6 +8,9 @@ that is 7 files, under the 8 a device call brings back.
 
 from __future__ import annotations
 
+import csv
+import hashlib
+import json
 import os
 import platform
 import shutil
@@ -76,3 +80,30 @@ def _tar(target: Path, folders: list[Path], base: Path) -> None:
     with tarfile.open(target, "w:gz") as tar:
         for folder in folders:
             tar.add(folder, arcname=str(folder.relative_to(base)), filter=keep)
+
+
+def failed_cells(profile: Path) -> int:
+    """Cells recorded as failed (an error or out of memory): the host CPU's LSTMs on the first H200 run, say."""
+    rows = [profile / "summary.csv", profile / "model.csv"]
+    return sum(r.get("status") in ("error", "oom") for f in rows if f.is_file() for r in csv.DictReader(open(f)))
+
+
+def adopt_rebuilt_models(profiles: Path, models: Path) -> list[dict[str, str]]:
+    """Point each earlier profile at this run's build of its model, so ``tbs profile --resume`` takes it.
+
+    The models are rebuilt from code with seed 0: the same configuration and weights every time (checked), but
+    the pickle holds Keras's save time, so its sha256, which --resume compares, differs between builds. Returns
+    each profile adopted with both sha256s (environment.json keeps them: --resume rewrites the profile's own)."""
+    adopted = []
+    for meta_file in sorted(profiles.glob("*/*/metadata.json")):
+        model = models / f"{meta_file.parent.parent.name}.pkl"
+        meta = json.loads(meta_file.read_text())
+        if not model.is_file() or not isinstance(meta.get("model"), dict):
+            continue
+        digest = hashlib.sha256(model.read_bytes()).hexdigest()
+        if meta["model"].get("sha256") not in (None, digest):
+            adopted.append({"profile": f"{meta_file.parent.parent.name}/{meta_file.parent.name}",
+                            "measured_with_sha256": meta["model"]["sha256"], "rebuilt_sha256": digest})
+            meta["model"]["sha256"] = digest
+            meta_file.write_text(json.dumps(meta, indent=1))
+    return adopted
