@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 from pathlib import Path
 
@@ -30,13 +31,19 @@ MEASURED = ("ok", "noisy")
 WHOLE = "(model)"
 
 
+@functools.cache
+def _profile(folder: Path) -> tbs.Profile:
+    """Each profile read once (every table reads the same folders); nothing here changes one."""
+    return tbs.load(folder)
+
+
 def _measured(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["status"].isin(MEASURED) & frame["median_s"].notna()]
 
 
 def sum_against_whole(profile_dir: Path) -> list[dict]:
     """Per (device, batch): the whole program's median, the sum of its layers' medians, and how many were measured."""
-    p = tbs.load(profile_dir)
+    p = _profile(profile_dir.resolve())
     layers = p.summary
     out = []
     for _, whole in _measured(p.model).iterrows():
@@ -53,7 +60,7 @@ def sum_against_whole(profile_dir: Path) -> list[dict]:
 def compared_cells(cpu_dir: Path, gpu_dir: Path, catalog_id: str) -> pd.DataFrame:
     """Each GPU cell the H200 measured beside the prediction ``tbs predict`` makes for it from the CPU profile."""
     predicted = tbs.predict(cpu_dir, [catalog_id]).predictions
-    gpu = tbs.load(gpu_dir)
+    gpu = _profile(gpu_dir.resolve())
     measured = pd.concat([_measured(gpu.summary)[["layer", "device", "batch_size", "category", "median_s"]],
                           _measured(gpu.model).assign(layer=WHOLE, category="whole model")[
                               ["layer", "device", "batch_size", "category", "median_s"]]])
@@ -101,7 +108,7 @@ def seed_claims(gpu_profiles: Path) -> pd.DataFrame:
         folder = gpu_profiles / model / "inference"
         if not (folder / "summary.csv").is_file():
             continue
-        cells = _measured(tbs.load(folder).summary)
+        cells = _measured(_profile(folder.resolve()).summary)
         for (layer, batch), group in cells[cells["layer"].isin(layers)].groupby(["layer", "batch_size"]):
             by = group.set_index("device")
             if not {"cpu:0", "gpu:0"} <= set(by.index):
@@ -121,7 +128,7 @@ def _without(profile: tbs.Profile, device: str) -> tbs.Profile:
         if not len(frame):
             return frame
         mask = pd.Series(True, index=frame.index)
-        for column in ("device", "source", "destination", "src", "dst"):
+        for column in ("device", "src", "dst"):  # rows, and copies to or from it
             if column in frame:
                 mask &= frame[column].astype(str) != device
         return frame[mask]
@@ -136,7 +143,7 @@ def placements(gpu_profiles: Path, catalog_id: str) -> pd.DataFrame:
     (``tbs predict`` from that host CPU's rows, --include-predicted): does the placement change?"""
     rows = []
     for folder in sorted(gpu_profiles.glob("*/inference")):
-        measured = tbs.load(folder)
+        measured = _profile(folder.resolve())
         if not {"cpu:0", "gpu:0"} <= set(_measured(measured.summary)["device"]):  # BERT: no GPU cell yet
             continue
         usd_per_hour = measured.metadata["prices_usd_per_hour"]

@@ -99,7 +99,6 @@ class JaxDevice(Device):
                  memory_bytes: int | None = None) -> None:
         super().__init__(kind, index, description, memory_bytes)
         self.jax_device = jax_device
-        self._placed_calls: dict[str, tuple[Callable[..., Any], list[Any]]] = {}
         self._segments: dict[Any, tuple[Callable[..., Any], list[Any]]] = {}
 
     def __repr__(self) -> str:
@@ -273,21 +272,13 @@ class JaxDevice(Device):
         return _jax().device_put(x, self.jax_device)
 
     def run_placed(self, call: Any, args: tuple, kwargs: dict) -> Any:
-        """The call compiled once for this device (its weights here); its inputs are copied here first."""
-        jax = _jax()
-        compiled = self._placed_calls.get(call.name)
-        if compiled is None:
-            variables = list(getattr(call.op, "variables", ()))
-            structure = (call.args, call.kwargs)
+        """The call compiled once for this device (its weights here), as a run of one (``run_segment``); its
+        outputs flat, in the order the call returns them. Its inputs are copied here first."""
+        def run(*tensors: Any, invoke: Callable[[Any, tuple, dict], Any]) -> list[Any]:
+            a, k = replace_tensors((call.args, call.kwargs), list(tensors))
+            return list(iter_tensors(invoke(call, a, k)))
 
-            def invoke(*tensors: Any) -> Any:
-                a, k = replace_tensors(structure, list(tensors))
-                return call.invoke(*a, **k)
-
-            compiled = self._placed_calls[call.name] = (jax.jit(_stateless(invoke, variables)),
-                                                        self._values_here(variables))
-        fn, values = compiled
-        return fn(values, *[self.put(t) for t in iter_tensors((args, kwargs))])
+        return self.run_segment(("call", call.name), [call], run, list(iter_tensors((args, kwargs))))
 
     def run_segment(self, key: Any, calls: list[Any], run: Callable[..., list[Any]], tensors: list[Any]) -> list[Any]:
         """The run of calls compiled once as one program for this device (their weights here), as a split is
