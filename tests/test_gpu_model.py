@@ -373,3 +373,31 @@ def test_gpus_share_an_architecture_offset_only_where_their_sms_have_the_same_fp
         lanes.setdefault(spec.architecture, set()).add(64 * round(per_sm / 64))
     assert all(len(found) == 1 for found in lanes.values()), lanes
     assert gpu_specs()["p100-pcie"].architecture != gpu_specs()["p4"].architecture
+
+
+def test_a_same_padded_convolution_is_priced_as_its_kernel_not_as_its_counted_taps():
+    # ResNet50's conv2_block1_2_conv at batch 32: 3x3, 64 -> 64 channels over 56 x 56, 'same' padding. XLA counts
+    # only the taps inside the image (K = 563 from its FLOPs), which read as a grouped kernel of 563 taps.
+    layer = LayerRecord("conv", "Conv2D", "conv", params=3 * 3 * 64 * 64 + 64, input_shapes=[[32, 56, 56, 64]],
+                        output_shapes=[[32, 56, 56, 64]], batch_size=32)
+    work = work_of(layer, "conv", 7230062592.0, 1.03e8, 32, "jax")
+    assert (work.window, work.k, work.stride, work.winograd) == (9, 9 * 64, 1, True)
+    depthwise = LayerRecord("dw", "DepthwiseConv2D", "conv", params=3 * 3 * 3 + 3, input_shapes=[[8, 32, 32, 3]],
+                            output_shapes=[[8, 32, 32, 3]], batch_size=8)
+    flops = 2.0 * 8 * 32 * 32 * 3 * 9  # each channel its own 3x3 window: K = 9, not 3 x 3 channels
+    assert work_of(depthwise, "conv", flops, 1e5, 8, "jax").window == 9
+
+
+def test_a_memory_bound_layer_is_priced_without_writing_the_output_its_consumer_reads_fused():
+    from tbs.predictions.gpu_predict import layer_work
+
+    relu = LayerRecord("relu", "ReLU", "activation", input_shapes=[[8, 56, 56, 64]], output_shapes=[[8, 56, 56, 64]],
+                       input_bytes=8 * 56 * 56 * 64 * 4, output_bytes=8 * 56 * 56 * 64 * 4, batch_size=8)
+    read_and_written = 2.0 * 32 * 56 * 56 * 64 * 4  # XLA's count of the call alone, at batch 32
+    inference = layer_work(relu, "activation", 0.0, read_and_written, 32, "jax", training=False)
+    assert inference.kind == MEMORY and inference.bytes == pytest.approx(read_and_written / 2)
+    training = layer_work(relu, "activation", 0.0, read_and_written, 32, "jax", training=True)
+    assert training.bytes == read_and_written  # the backward reads the forward's output: it is written
+    dense = LayerRecord("dense", "Dense", "dense", input_shapes=[[8, 64]], output_shapes=[[8, 10]], output_bytes=320,
+                        batch_size=8)
+    assert layer_work(dense, "dense", 2 * 32 * 64 * 10, 1e4, 32, "jax", training=False).bytes == 1e4

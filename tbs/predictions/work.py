@@ -79,11 +79,29 @@ def _conv_geometry(layer: LayerRecord | None, out_shape: list[Any], k: int) -> d
     channels, height, out_height = shapes[0][-1], shapes[0][1], out_shape[1]
     if not all(isinstance(v, int) and v > 0 for v in (channels, height, out_height)):
         return {}
-    window = k // channels if k % channels == 0 else k  # else a depthwise/grouped kernel: its window alone
+    exact = _window_of_weights(layer, channels, out_shape[-1])  # K as the implicit GEMM runs it, padding included
+    depthwise = layer is not None and "Depthwise" in str(layer.type)  # each channel its own window: K is the window
+    window = exact or (k if depthwise or k % channels else k // channels)
     side = max(1, round(math.sqrt(window)))
     stride = next((s for s in range(1, 9) if out_height in (-(-height // s), (height - side) // s + 1)), 1)
     return {"window": window, "stride": stride, "winograd": window == 9 and stride == 1,
-            "tensor_core_aligned": channels % 8 == 0}
+            "tensor_core_aligned": channels % 8 == 0, **({"k": window * channels} if exact else {})}
+
+
+def _window_of_weights(layer: LayerRecord | None, channels: int, filters: Any) -> int | None:
+    """A dense convolution's kernel area from its weights (area x channels x filters, plus a bias of filters).
+
+    The compiler's FLOPs cannot give it where the padding is 'same': the taps that fall on the padding are not
+    counted, so a 3x3 convolution of 64 channels over 56 x 56 has K = 563, not 576 (read as a grouped kernel
+    of 563 taps: no Winograd, the wrong input gradient). None for a depthwise or grouped kernel, or no weights.
+    """
+    if layer is None or not layer.params or not isinstance(filters, int) or filters <= 0 \
+            or any(word in str(layer.type) for word in ("Depthwise", "Separable")):
+        return None
+    for weights in (layer.params, layer.params - filters):
+        if weights > 0 and weights % (channels * filters) == 0:
+            return weights // (channels * filters)
+    return None
 
 
 def _recurrent(layer: LayerRecord, flops: float, moved: float, batch: int, backend: str) -> Work | None:
@@ -129,7 +147,7 @@ def work_of(layer: LayerRecord | None, category: str, flops: float, moved: float
         if len(out_shape) >= 2:
             work = _implicit_gemm(kind, flops, moved, batch, list(out_shape), share)
             geometry = _conv_geometry(layer, list(out_shape), work.k) if kind == CONV else {}
-            return Work(work.kind, work.flops, work.bytes, m=work.m, n=work.n, k=work.k, phase=phase, **geometry)
+            return Work(work.kind, work.flops, work.bytes, m=work.m, n=work.n, **{"k": work.k, **geometry}, phase=phase)
         side = max(1, round((flops / share / 2.0) ** (1.0 / 3.0)))  # shapes unknown: a cube of the same FLOPs
         return Work(kind, flops, moved, m=side, n=side, k=side, phase=phase)
     return Work(MEMORY, flops, moved)
