@@ -37,26 +37,58 @@ TARGETS = {"median": math.log(1.25), "p90": math.log(2.0), "spearman": 0.9, "cov
 SHAPE = ["source", "op", "kind", "phase", "precision", "m", "n", "k", "count", "steps", "in_m", "in_n", "in_k",
          "flops", "bytes"]
 MIN_PAIR_SHAPES = 20
+OWN_SOURCE = "tbs"  # tbs's own GPU rows (tbs/predictions/reference/measured.csv)
 COMPUTE_BOUND_MEMORY = 2.0  # compute-bound: datasheet compute time >= 2x memory time ...
 COMPUTE_BOUND_S = 1e-4  # ... and >= 100 us (about 6 launches): what a launch or a wave's rounding cannot dominate
 
 
+def _scored(test: pd.DataFrame, model) -> pd.DataFrame:
+    """``test`` with ``model``'s predictions and 90% bands."""
+    test = test.copy()
+    test["predicted_s"] = predict_frame(test, model)
+    factors = [band_factors(model, k, x, p) or (0.0, math.inf)  # the training folds' bands
+               for k, x, p in zip(test["kind"], regime(test, model.launch_s), test["phase"])]
+    test["low_s"] = test["predicted_s"] * np.array([f[0] for f in factors])
+    test["high_s"] = test["predicted_s"] * np.array([f[1] for f in factors])
+    return test
+
+
 def held_out(table: pd.DataFrame) -> pd.DataFrame:
     """Every row predicted by a model fitted without its GPU, with that model's band."""
-    parts = []
-    for device in sorted(table["device"].unique()):
-        train, test = table[table["device"] != device], table[table["device"] == device].copy()
-        model = fit_table(train)
-        test["predicted_s"] = predict_frame(test, model)
-        factors = [band_factors(model, k, x, p) or (0.0, math.inf)  # the training folds' bands
-                   for k, x, p in zip(test["kind"], regime(test, model.launch_s), test["phase"])]
-        test["low_s"] = test["predicted_s"] * np.array([f[0] for f in factors])
-        test["high_s"] = test["predicted_s"] * np.array([f[1] for f in factors])
-        parts.append(test)
+    parts = [_scored(table[table["device"] == device], fit_table(table[table["device"] != device]))
+             for device in sorted(table["device"].unique())]
     out = pd.concat(parts, ignore_index=True)
     out["log_error"] = np.log(out["predicted_s"] / out["measured_s"])
     out["compute_bound"] = compute_bound(out)
     return out
+
+
+def held_out_by_model(table: pd.DataFrame, published_model) -> pd.DataFrame:
+    """tbs's own rows (source tbs), each model's predicted twice: by the model fitted on the published rows alone,
+    and by one fitted on them plus tbs's rows of the other models (check-only models are never fitted on)."""
+    own = table[table["source"] == OWN_SOURCE]
+    parts = []
+    for name in sorted(own["model"].unique()):
+        rows = own[own["model"] == name]
+        with_own = fit_table(table[(table["source"] != OWN_SOURCE) | (table["model"] != name)])
+        for fitted, label in ((published_model, "published rows only"), (with_own, "published + tbs's other models")):
+            # priced as `tbs predict` prices a layer: no source's offset (the frame names none)
+            parts.append(_scored(rows.drop(columns=["source"]), fitted).assign(fitted_on=label, source=OWN_SOURCE))
+    out = pd.concat(parts, ignore_index=True)
+    out["log_error"] = np.log(out["predicted_s"] / out["measured_s"])
+    out["compute_bound"] = compute_bound(out)
+    return out
+
+
+def by_model_lines(rows: pd.DataFrame) -> list[str]:
+    lines = ["| model | kind | fitted on | rows | median error | p90 error | median predicted / measured | "
+             "band coverage |", "|---|---|---|---:|---:|---:|---:|---:|"]
+    for (name, kind, label), group in rows.groupby(["model", "kind", "fitted_on"], sort=True):
+        s = summarise(group)
+        ratio = math.exp(group["log_error"].median())
+        lines.append(f"| {name}{' (check only)' if group['check_only'].any() else ''} | {kind} | {label} | {s['rows']} | "
+                     f"{percent(s['median'])} | {percent(s['p90'])} | {ratio:.2f} | {s['coverage']:.0%} |")
+    return lines
 
 
 def compute_bound(rows: pd.DataFrame) -> pd.Series:
@@ -121,7 +153,7 @@ def main() -> None:
     table = reference_table()
     rows = held_out(table)
     whole = fit_table(table)
-    lines = [f"Leave-one-GPU-out over {len(table)} published measurements "
+    lines = [f"Leave-one-GPU-out over {len(table)} reference measurements "
              f"({', '.join(f'{s}: {n}' for s, n in table['source'].value_counts().items())}); "
              "`python benchmarks/predict_gpu.py`. Errors are |log(predicted/measured)| shown as a factor - 1. "
              f"Compute-bound: gemm/conv/recurrent rows whose datasheet compute time (FLOPs / peak) is at least "
@@ -146,6 +178,13 @@ def main() -> None:
         if len(group) < MIN_PAIR_SHAPES:
             continue
         lines.append(f"| {pair} | {len(group)} | {percent(group['error'].median())} | {group['right'].mean():.0%} |")
+    published = fit_table(table[table["source"] != OWN_SOURCE])
+    lines += ["", "tbs's own GPU rows (`measured.csv`: the layers tbs measured on a GPU, described by the CPU profile's "
+                  "work as `tbs predict` describes them), held out by model: each model's rows predicted as `tbs predict` "
+                  "prices a layer (no source's offset) by the model fitted on the published rows alone, and by one "
+                  "fitted on them plus tbs's rows of the other models. The image classifiers are never fitted on "
+                  "(check only). A cell shorter than one iteration of its timing loop is not a row (measured.py).", "",
+              *by_model_lines(held_out_by_model(table, published))]
     lines += ["", "Constants fitted on every row (what `tbs predict` uses): "
               + ", ".join(f"{k} {v:.3g}" for k, v in whole.constants().items()), ""]
     text = "\n".join(lines)

@@ -729,7 +729,9 @@ def main():
     print("total rows", len(df))
 
     used = sorted(df["device"].unique())
-    sp = pd.DataFrame([s for s in GPU_SPECS if s["id"] in used])
+    measured = out / "measured.csv"  # tbs's own GPU rows (build_measured.py) need their GPUs' datasheets too
+    kept = set(used) | (set(pd.read_csv(measured)["device"].astype(str)) if measured.exists() else set())
+    sp = pd.DataFrame([s for s in GPU_SPECS if s["id"] in kept])
     sp.to_csv(out / "gpu_specs.csv", index=False)
     missing = set(used) - set(sp["id"])
     assert not missing, missing

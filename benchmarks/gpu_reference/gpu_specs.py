@@ -19,6 +19,13 @@ GPU_SPECS = [
          memory_bandwidth_bytes_per_s=3.35e12, l2_bytes=50 * MiB, memory_bytes=80 * GiB,
          spec_source="https://www.nvidia.com/en-us/data-center/h100/ (datasheet: FP32 67 TF, TF32 989 TF sparse, FP16 1979 TF sparse, 3.35 TB/s); "
                      "https://resources.nvidia.com/en-us-tensor-core/gtc22-whitepaper-hopper (132 SMs, 50 MB L2)"),
+    # measured by tbs itself (source tbs: profiles/h200, tbs/predictions/reference/measured.csv); compute as the H100 SXM's
+    dict(id="h200", name="NVIDIA H200 SXM 141GB (HBM3e)", sm_count=132, boost_clock_hz=1.98e9,
+         peak_float32_flops_per_s=66.9e12, peak_tf32_flops_per_s=494.7e12, peak_float16_flops_per_s=989.4e12,
+         memory_bandwidth_bytes_per_s=4.8e12, l2_bytes=50 * MiB, memory_bytes=141 * 10 ** 9,
+         spec_source="https://www.nvidia.com/en-us/data-center/h200/ (141 GB HBM3e, 4.8 TB/s; compute as the H100 SXM's); "
+                     "https://resources.nvidia.com/en-us-tensor-core/gtc22-whitepaper-hopper (132 SMs, 50 MB L2). "
+                     "Measured by tbs itself (source tbs: profiles/h200)"),
     dict(id="a100-40gb-pcie", name="NVIDIA A100 PCIe 40GB", sm_count=108, boost_clock_hz=1.41e9,
          peak_float32_flops_per_s=19.5e12, peak_tf32_flops_per_s=156e12, peak_float16_flops_per_s=312e12,
          memory_bandwidth_bytes_per_s=1.555e12, l2_bytes=40 * MiB, memory_bytes=40 * GiB,
@@ -86,14 +93,14 @@ GPU_SPECS = [
 # (https://www.techpowerup.com/gpu-specs/). A low-power part (T4 70 W, L4 72 W, P4 75 W) sustains far
 # less than its boost clock in a long GEMM: the GPU model places its sustained clock between the two.
 BASE_CLOCKS_HZ = {
-    "h100": 1.590e9, "a100-40gb-pcie": 0.765e9, "a100-80gb-pcie": 1.065e9, "l4": 0.795e9, "t4": 0.585e9,
+    "h100": 1.590e9, "h200": 1.590e9, "a100-40gb-pcie": 0.765e9, "a100-80gb-pcie": 1.065e9, "l4": 0.795e9, "t4": 0.585e9,
     "v100-pcie": 1.230e9, "v100": 1.290e9, "p100-pcie": 1.126e9, "p4": 0.810e9, "titanxp": 1.405e9,
     "titanx-pascal": 1.417e9, "gtx1080ti": 1.480e9, "m40": 0.948e9, "titanx-maxwell": 1.000e9,
 }
 # A family shares an SM design: GP100's SM has 64 FP32 cores and twice the registers per core of GP102/GP104's
 # 128-core SM (Pascal whitepaper), so the P100 runs SGEMM nearer its peak than the other Pascal parts: its own family.
 ARCHITECTURES = {
-    "h100": "hopper", "a100-40gb-pcie": "ampere", "a100-80gb-pcie": "ampere", "l4": "ada", "t4": "turing",
+    "h100": "hopper", "h200": "hopper", "a100-40gb-pcie": "ampere", "a100-80gb-pcie": "ampere", "l4": "ada", "t4": "turing",
     "v100-pcie": "volta", "v100": "volta", "p100-pcie": "pascal-gp100", "p4": "pascal", "titanxp": "pascal",
     "titanx-pascal": "pascal", "gtx1080ti": "pascal", "m40": "maxwell", "titanx-maxwell": "maxwell",
 }

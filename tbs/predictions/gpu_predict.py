@@ -13,6 +13,7 @@ overhead), each layer getting its share of that whole; else it is the sum of its
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -140,7 +141,7 @@ def _fused_row(profile: Profile, source_device: str, summed: dict[str, Any], lay
                 per_sample_s=seconds / batch, in_model_s=seconds, model_share=1.0)
 
 
-def _activation_bytes(layer: LayerRecord | None, batch: int) -> float:
+def activation_bytes(layer: LayerRecord | None, batch: int) -> float:
     """A layer's inputs and outputs at ``batch`` (the capture's sizes, scaled from its batch), or NaN."""
     if layer is None:
         return float("nan")
@@ -148,6 +149,35 @@ def _activation_bytes(layer: LayerRecord | None, batch: int) -> float:
     if not all(is_number(v) for v in (*sizes, captured)) or not captured:
         return float("nan")
     return float(sum(sizes)) * batch / float(captured)
+
+
+def layer_work(layer: LayerRecord | None, category: str, flops: Any, moved: Any, batch: int, backend: str,
+               training: bool) -> Work | None:
+    """The work a GPU prediction prices for one layer cell, from the compiler's counts on the measured device
+    (None where they are missing for a layer that computes).
+
+    A memory-bound layer's outputs are not written out in inference: its cell sums them inside the timing loop,
+    as a compiled model fuses such a layer into the kernel that reads its output (tbs.backends.jax.device), so
+    on a GPU it moves its inputs and weights (the H200's resolved memory-bound cells: predicted 2.2x their
+    measured time with the output's write priced, 1.7x without; benchmarks/gpu_measured.md).
+    """
+    if category not in MATMUL_CATEGORIES:
+        flops = flops if is_number(flops) else 0.0  # a layer that only moves data: no FLOPs is an answer
+        moved = moved if is_number(moved) else activation_bytes(layer, batch)  # what the compiler could not count
+    if not all(is_number(v) for v in (flops, moved)):
+        return None
+    work = work_of(layer, category, float(flops), float(moved), batch, backend, training)
+    written = _output_bytes(layer, batch)
+    if work.kind == MEMORY and not training and is_number(written) and work.bytes > written:
+        work = replace(work, bytes=work.bytes - written)
+    return work
+
+
+def _output_bytes(layer: LayerRecord | None, batch: int) -> float:
+    """A layer's outputs at ``batch`` (the capture's size, scaled from its batch), or NaN."""
+    if layer is None or not is_number(layer.output_bytes) or not layer.batch_size:
+        return float("nan")
+    return float(layer.output_bytes) * batch / float(layer.batch_size)
 
 
 def _layer_row(row: pd.Series, layer: LayerRecord | None, backend: str, training: bool, spec: GpuSpec,
@@ -162,15 +192,9 @@ def _layer_row(row: pd.Series, layer: LayerRecord | None, backend: str, training
         return dict(ident, reason="not predicted: does nothing in this mode (an identity a compiled model drops)",
                     host_s=0.0)
     flops, moved = row["flops"], row["bytes_accessed"]
-    if str(row.get("category", "")) not in MATMUL_CATEGORIES:
-        if not is_number(flops):
-            flops = 0.0  # a layer that only moves data (Flatten, a cast): no FLOPs is an answer, not a gap
-        if not is_number(moved):
-            moved = _activation_bytes(layer, int(row["batch_size"]))  # what the compiler could not count
-    if not all(is_number(v) for v in (flops, moved)):
+    work = layer_work(layer, str(row.get("category", "")), flops, moved, int(row["batch_size"]), backend, training)
+    if work is None:
         return dict(ident, reason="not predicted: no compiler FLOPs/bytes for this cell on the measured device")
-    work = work_of(layer, str(row.get("category", "")), float(flops), float(moved), int(row["batch_size"]),
-                   backend, training)
     frame = frame_of([work], [precision], [spec])
     seconds = float(predict_frame(frame, model)[0])
     low, high, note = _band(model, work, frame)

@@ -17,6 +17,7 @@ from importlib import resources
 import pandas as pd
 
 from tbs.predictions.gpu_fit import fit
+from tbs.predictions.reference import measured
 from tbs.predictions.gpu_model import GpuModel, GpuSpec, frame_of
 from tbs.predictions.work import CONV, GATES, GEMM, MEMORY, RECURRENT, Work
 
@@ -99,7 +100,30 @@ def work_of_row(row: pd.Series) -> Work | None:
 
 @lru_cache(maxsize=1)
 def reference_table() -> pd.DataFrame:
-    """Every usable reference row as the GPU model's table, with ``measured_s``, ``device`` and ``source``."""
+    """Every usable reference row as the GPU model's table, with ``measured_s``, ``device`` and ``source``: the
+    published rows, then tbs's own (measured.csv; ``check_only`` rows are scored, never fitted on)."""
+    published = _published_table()
+    return pd.concat([published.assign(check_only=False), _measured_table()], ignore_index=True)
+
+
+def _measured_table() -> pd.DataFrame:
+    """measured.csv (tbs's own GPU rows) as the GPU model's table."""
+    rows = _read(measured.MEASURED)
+    specs = gpu_specs()
+    rows = rows[rows["device"].astype(str).isin(specs)].reset_index(drop=True)
+    frame = frame_of(measured.works_of(rows), rows["precision"].astype(str), [specs[str(d)] for d in rows["device"]])
+    for column in ("device", "source", "framework", "model", "layer", "category"):
+        frame[column] = rows[column].astype(str)
+    frame["op"] = frame["kind"]
+    frame["batch"] = rows["batch"].astype(int)
+    frame["measured_s"] = rows["measured_seconds"].astype(float)
+    frame["framework_overhead"], frame["calls_before"], frame["call"] = False, 0.0, ""
+    frame["check_only"] = rows["check_only"].astype(str) == "True"
+    return frame
+
+
+def _published_table() -> pd.DataFrame:
+    """DeepBench's and NeuSight's rows (measurements.csv) as the GPU model's table."""
     rows = _read("measurements.csv")
     specs = gpu_specs()
     works, precisions, chosen, keep = [], [], [], []
@@ -136,7 +160,9 @@ def _memory_bytes() -> dict[str, float]:
 
 
 def fit_table(table: pd.DataFrame) -> GpuModel:
-    """The GPU model fitted on some reference rows."""
+    """The GPU model fitted on some reference rows (never on ``check_only`` ones)."""
+    if "check_only" in table:
+        table = table[~table["check_only"].astype(bool)]
     return fit(table, table["measured_s"].to_numpy(dtype=float))
 
 
@@ -147,7 +173,7 @@ def data_digest() -> dict[str, str]:
     """sha256 of the reference files: fitted.json is valid for these exact files only."""
     folder = resources.files("tbs.predictions.reference")
     return {name: hashlib.sha256(folder.joinpath(name).read_bytes()).hexdigest()
-            for name in ("measurements.csv", "gpu_specs.csv")}
+            for name in ("measurements.csv", "gpu_specs.csv", measured.MEASURED)}
 
 
 def refit() -> dict:

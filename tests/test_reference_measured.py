@@ -1,0 +1,47 @@
+"""tbs's own GPU rows as the GPU model's third reference source (tbs/predictions/reference/measured.py): which
+measured cells become reference rows, described by what work, and that the image classifiers are never fitted on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from conftest import ROOT
+from tbs.predictions.reference import fit_table, measured, reference_table
+from tbs.predictions.work import CONV
+from tbs.profiles.profile import load_profile
+
+H200 = ROOT / "profiles" / "h200" / "resnet50" / "inference"
+
+
+def test_gpu_cells_timed_before_the_harness_fix_or_under_one_loop_iteration_are_not_reference_rows():
+    profile = load_profile(H200)
+    assert measured.stale_batches(profile.samples, "gpu:0") == {1}  # run 1: XLA deleted the empty timing loop
+    loop = measured.loop_seconds(profile.samples, "gpu:0")
+    assert loop[1] == 0.0 and 1e-5 < loop[32] < 5e-5
+    rows = measured.measured_rows(profile, [load_profile(ROOT / "profiles" / "cpu" / "resnet50" / "inference")],
+                                  "resnet50", "h200", "tf32")
+    assert set(rows["batch"]) == {32}  # batch 256 has no CPU profile to describe its work with
+    assert rows["check_only"].all() and (rows["measured_seconds"] >= loop[32]).all() and (rows["ci_low_s"] > 0).all()
+    assert "conv2_block1_2_bn" not in set(rows["layer"])  # 51 MB in 2.7 us: under the loop's 22 us, not resolved
+    conv = rows[(rows["layer"] == "conv2_block1_2_conv")].iloc[0]
+    cpu = load_profile(ROOT / "profiles" / "cpu" / "resnet50" / "inference").summary
+    flops = cpu[(cpu["layer"] == "conv2_block1_2_conv") & (cpu["batch_size"] == 32)]["flops"].iloc[0]
+    # XLA:GPU counts no FLOPs in cuDNN's custom call: the work is the CPU analysis of the same layer and batch
+    assert conv["kind"] == CONV and conv["flops"] == flops and (conv["m"], conv["n"], conv["window"]) == (32 * 56 * 56, 64, 9)
+    work = measured.works_of(rows[rows["layer"] == "conv2_block1_2_conv"])[0]
+    assert work.winograd and work.kind == CONV and work.k == 9 * 64
+
+
+def test_the_image_classifiers_are_scored_but_never_fitted_on():
+    table = reference_table()
+    own = table[table["source"] == measured.SOURCE]
+    assert set(own.loc[own["check_only"], "model"]) == {"resnet50"} and not own.loc[~own["check_only"]].empty
+    assert set(own["device"]) == {"h200"}
+    fitted = fit_table(table.iloc[::7])
+    shifted = table.iloc[::7].copy()
+    shifted.loc[shifted["check_only"], "measured_s"] *= 100.0  # what a fit on them would follow
+    refitted = fit_table(shifted)
+    assert refitted.constants() == fitted.constants()
+    assert np.isclose(refitted.source_log_scale["tbs"]["compute"], fitted.source_log_scale["tbs"]["compute"])
+    assert isinstance(pd.read_csv(ROOT / "tbs" / "predictions" / "reference" / "measured.csv"), pd.DataFrame)
