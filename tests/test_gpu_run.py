@@ -52,10 +52,10 @@ def test_the_gpu_plan_has_every_step_of_the_issue_in_priority_order(tmp_path: Pa
     assert "--training" in profiles["bert_base/training"] and _option(profiles["bert_base/inference"], "--batch") == "32"
     assert "--capacity" in profiles["cnn_flowers/capacity"]
     names = [st.name for st in steps]
-    assert names[:4] == ["build", "cnn_flowers/inference", "cnn_flowers/verify", "resnet50/inference"]
+    assert names[:5] == ["build", "trace-check", "cnn_flowers/inference", "cnn_flowers/verify", "resnet50/inference"]
     assert all(st.budget_s >= st.estimate_s + 20 for st in steps)
     # the first steps fit the issue's 7 minutes on the H200's times; the rest run if time is left, or next time
-    assert [st.name for st in drive._within(steps, 420 - drive.PACK_RESERVE_S)] == names[:4]
+    assert [st.name for st in drive._within(steps, 420 - drive.PACK_RESERVE_S)] == names[:5]
     gpu_price = float(_option(profiles["cnn_flowers/inference"], "--cost").split("gpu=")[1])
     assert gpu_price == pytest.approx(11.06, abs=0.01)  # the catalog's H100 price, not a made-up one
 
@@ -186,3 +186,34 @@ def test_the_whole_dry_run_finishes_on_the_cpu(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir() if p.name.endswith(".tar.gz")) == [
         f"profiles-{g}.tar.gz" for g in sorted(drive.GROUPS)]
+
+
+def _samples(folder: Path, harness_iteration_s: dict[int, float]) -> None:
+    """A samples.csv whose GPU batches' timing loop read these seconds an iteration (the host CPU's read 1 us)."""
+    lines = ["device,batch_size,harness_iteration_s"]
+    for batch, seconds in harness_iteration_s.items():
+        lines += [f"gpu:0,{batch},{seconds}"] * 3 + [f"cpu:0,{batch},1e-06"]
+    (folder / "samples.csv").write_text("\n".join(lines) + "\n")
+
+
+def test_a_profile_timed_before_the_harness_fix_is_measured_again_and_its_rows_kept_beside_it(tmp_path: Path) -> None:
+    earlier = tmp_path / "h200"
+    _earlier(earlier, "nn_twins/inference", "complete")
+    _samples(earlier / "nn_twins" / "inference", {32: 0.0, 512: 2.2e-5})  # batch 32 timed when XLA deleted the loop
+    _earlier(earlier, "rnn_mnist/inference", "complete")
+    _samples(earlier / "rnn_mnist" / "inference", {32: 2.2e-5, 512: 2.1e-5})
+    assert drive.loop_deleted(earlier / "nn_twins" / "inference")
+    assert not drive.loop_deleted(earlier / "rnn_mnist" / "inference")
+    s = drive.Settings(False, tmp_path / "work", "h200", drive.catalog_prices(False, "h200"), earlier=earlier)
+    profiles = _profiles(drive.plan(s))
+    assert "rnn_mnist/inference" not in profiles  # finished after the fix: left out
+    assert "--resume" not in profiles["nn_twins/inference"]  # from the start, not resumed onto the loop's rows
+    step = drive.Step("nn_twins/inference", (sys.executable, "-c", "pass"), 1.0, 30.0, "gpu,cpu", "32,512", "", (),
+                      (("nn_twins/inference", profiles["nn_twins/inference"]),))
+    drive.execute([step], s, "NVIDIA H200", tmp_path / "cut", total_s=1.0)  # no time left: skipped, put back
+    assert (s.work / "profiles" / "h200" / "nn_twins" / "inference" / "samples.csv").is_file()
+    drive.execute([step], s, "NVIDIA H200", tmp_path / "out", total_s=120.0)
+    kept = s.work / "profiles" / "h200" / "nn_twins" / ("inference" + drive.SET_ASIDE)
+    assert (kept / "samples.csv").read_text() == (earlier / "nn_twins" / "inference" / "samples.csv").read_text()
+    with tarfile.open(tmp_path / "out" / "profiles-examples.tar.gz") as tar:
+        assert f"h200/nn_twins/inference{drive.SET_ASIDE}/samples.csv" in tar.getnames()

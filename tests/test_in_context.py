@@ -226,3 +226,23 @@ def test_a_layer_before_an_rnn_keeps_its_nodes_the_cells_loop_body_is_another_gr
     gathers = {name: path for name, path in paths.items() if name.endswith("/GatherV2")}
     assert gathers and set(gathers.values()) == {"rnn/embedding"}, gathers
     assert any(path == "rnn/lstm" for path in paths.values())
+
+
+def test_kernels_without_a_run_id_are_split_into_their_calls_at_the_widest_idle_gaps():
+    # A GPU's kernels as CUPTI records them: hlo_op and hlo_module, no run_id. Three calls of three kernels, 2 us
+    # apart inside a call, 400 us between calls (the host's wait and the next dispatch), one gap of 30 us in a call.
+    from tbs.backends import xla_trace
+    from tbs.backends.jax.trace import ops_of
+
+    events, t = [], 0.0
+    for call in range(3):
+        for i, (name, ns) in enumerate((("convolution.1", 50e3), ("fusion.2", 8e3), ("dot.3", 20e3))):
+            events.append((f"kernel_{name}", t, ns, {"hlo_op": name, "hlo_module": "jit_forward"}))
+            t += ns + (30e3 if (call, i) == (1, 0) else 2e3)
+        events.append(("other_module_kernel", t, 1e3, {"hlo_op": "copy.9", "hlo_module": "jit_other"}))
+        t += 400e3
+    runs = xla_trace.kernels(events, module="jit_forward", calls=3)
+    assert [[name for name, _, _ in run] for run in runs] == [["convolution.1", "fusion.2", "dot.3"]] * 3
+    assert xla_trace.kernels(events, module="jit_forward") != runs  # without the count: one run (as before)
+    traced = ops_of(events, "jit_forward", {}, calls=3)  # the first call is the profiler's warm-up: left out
+    assert len(traced.calls) == 2 and traced.calls[0][1] == pytest.approx((50e3 + 30e3 + 8e3 + 2e3 + 20e3) / 1e9)

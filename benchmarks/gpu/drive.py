@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # GROUPS and MAX_FILES are read by the tests through this module
 from records import (EXAMPLES, GROUPS, MAX_FILE_BYTES, MAX_FILES, adopt_rebuilt_models, environment_record,  # noqa: E402,F401
-                     failed_cells, groups_of, pack)
+                     SET_ASIDE, failed_cells, groups_of, loop_deleted, pack, set_aside)
 PYTHON = sys.executable
 KILL_GRACE_S = 15.0  # after Ctrl-C, how long a step may take to write its last rows
 PACK_RESERVE_S = 15.0  # kept back from the total budget for packing
@@ -57,9 +57,10 @@ DRY_BATCH = {1: 1, 32: 2, 256: 2, 512: 4}  # the dry run's stand-in for each rea
 # 10+ samples of 5 ms blocks; a call's dispatch there is ~0.4 ms), so ResNet50's 48 cells took 68 s at batch 1;
 # the host CPU's side of a cpu,gpu profile (BERT-base at batch 32: 0.8 s a call) dominates where it is measured.
 # Parts cut before they finished are estimated from the share they measured.
+STALE = "measured before the harness fix"  # earlier_status of a profile whose GPU rows carry the timing loop
 PROCESS_START_S = 8.0  # Python, JAX's CUDA client, Keras and tbs, in each step's process
 GPU_ESTIMATE_S: dict[str, float] = {
-    "build": 40, "cnn_flowers/inference": 55, "cnn_flowers/verify": 10, "resnet50/inference": 190,
+    "build": 40, "trace-check": 5, "cnn_flowers/inference": 55, "cnn_flowers/verify": 10, "resnet50/inference": 190,
     "bert_base/inference": 70, "bert_base/training": 60,
     "rnn_mnist/inference": 21, "rnn_sa/inference": 30, "nn_twins/inference": 8, "lstm_sunspots/inference": 35,
     "cnn_flowers/training": 110, "rnn_mnist/training": 26, "rnn_sa/training": 60, "nn_twins/training": 22,
@@ -116,6 +117,8 @@ class Settings:
         if folder is None or not (folder / "metadata.json").is_file():
             return None
         status = str(json.loads((folder / "metadata.json").read_text()).get("status"))
+        if loop_deleted(folder):  # measured again from the start; the earlier rows are set aside, not resumed
+            return STALE
         if status == "complete" and failed_cells(folder):  # tbs profile --resume measures them again
             return "complete with failed cells"
         return status
@@ -168,7 +171,10 @@ def _profile(s: Settings, model: str, mode: str, devices: str, sizes: tuple[int,
     earlier = s.earlier_status(name)
     if earlier == "complete":
         return None
-    if earlier is not None:
+    if earlier == STALE:
+        note = f"{note}{'; ' if note else ''}measured again: the earlier profile's GPU rows carry the timing loop " \
+               f"(kept as {mode}{SET_ASIDE})"
+    elif earlier is not None:
         args, note = args + ("--resume",), f"{note}{'; ' if note else ''}resumes the earlier run's {earlier} profile"
     estimate = PROCESS_START_S + GPU_ESTIMATE_S[name]
     return Step(name, (PYTHON, "-m", "tbs", *args), estimate, _budget(estimate, s.budget_scale), devices,
@@ -213,9 +219,14 @@ def plan(s: Settings) -> list[Step]:
                   verify_s, _budget(verify_s, s.budget_scale), s.devices, s.batches((32,)),
                   "tbs recommend --verify: the mixed placement run for real, predicted against measured",
                   s.two_devices)
+    trace_s = PROCESS_START_S + GPU_ESTIMATE_S["trace-check"]
+    trace = Step("trace-check", (PYTHON, str(ROOT / "benchmarks" / "gpu" / "trace_check.py")), trace_s,
+                 _budget(trace_s, s.budget_scale), s.gpu_only,
+                 note="a small program's profiler trace as the GPU records it, and what tbs reads from it (steps.log)")
     examples = [m for m in EXAMPLES if m != "cnn_flowers"]
     steps = [
         build,
+        trace,
         _profile(s, "cnn_flowers", "inference", s.devices, (32, 512), env=s.two_devices,
                  note="and the GPU's dispatch floor, host<->device copies (every cpu+gpu profile has them)"),
         verify,
@@ -390,7 +401,11 @@ def execute(steps: list[Step], s: Settings, gpu_name: str, out: Path, total_s: f
     for st in steps:
         left = total_s - PACK_RESERVE_S - (time.monotonic() - started)
         log(f"{st.name}: start (estimate {st.estimate_s:.0f} s, budget {min(st.budget_s, max(left, 0)):.0f} s)")
+        aside = [set_aside(s.work / "profiles" / s.gpu / name) for name, _ in st.parts  # measured again from empty:
+                 if s.earlier_status(name) == STALE]  # the earlier rows beside it, packed with it
         result = run_step(st, left, log, out / "steps.log")
+        for kept in aside if result.status == "skipped" else []:
+            kept.rename(kept.with_name(kept.name[:-len(SET_ASIDE)]))
         outcomes.append(result)
         log(f"{st.name}: {result.status} in {result.seconds:.1f} s" + (f" -- {result.detail}" if result.detail else ""))
         record["steps"] = [asdict(o) for o in outcomes]

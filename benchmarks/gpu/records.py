@@ -9,6 +9,7 @@ that is 7 files, under the 8 a device call brings back.
 from __future__ import annotations
 
 import csv
+import statistics
 import hashlib
 import json
 import os
@@ -86,6 +87,28 @@ def failed_cells(profile: Path) -> int:
     """Cells recorded as failed (an error or out of memory): the host CPU's LSTMs on the first H200 run, say."""
     rows = [profile / "summary.csv", profile / "model.csv"]
     return sum(r.get("status") in ("error", "oom") for f in rows if f.is_file() for r in csv.DictReader(open(f)))
+
+
+SET_ASIDE = ".before-harness-fix"  # where a profile measured again keeps its earlier rows (<model>/<mode>.before-...)
+
+
+def loop_deleted(profile: Path) -> bool:
+    """Whether a GPU batch of this profile was timed before the harness loop was kept (the first two H200 runs):
+    its timing loop read 0 s an iteration, so each layer there still carries the loop's ~22 us a call."""
+    samples = profile / "samples.csv"
+    per_batch: dict[str, list[float]] = {}
+    for row in csv.DictReader(open(samples)) if samples.is_file() else []:
+        if row.get("device", "").startswith("gpu"):
+            per_batch.setdefault(row["batch_size"], []).append(float(row.get("harness_iteration_s") or 0.0))
+    return any(statistics.median(values) <= 0.0 for values in per_batch.values())
+
+
+def set_aside(profile: Path) -> Path:
+    """Move a profile to be measured again beside it (<mode>.before-harness-fix): its rows are kept, never deleted."""
+    kept = profile.with_name(profile.name + SET_ASIDE)
+    if kept.exists():
+        raise FileExistsError(f"{kept} already holds an earlier profile; move it before measuring {profile} again")
+    return profile.rename(kept)
 
 
 def adopt_rebuilt_models(profiles: Path, models: Path) -> list[dict[str, str]]:

@@ -30,10 +30,11 @@ def _events(path: Path) -> list[tuple[str, float, float, dict[str, Any]]]:
 
 
 def ops_of(events: list[tuple[str, float, float, dict[str, Any]]], module: str,
-           parts: dict[str, list[tuple[str, float]]]) -> TracedCalls:
+           parts: dict[str, list[tuple[str, float]]], calls: int | None = None) -> TracedCalls:
     """The kernels of ``module``'s runs (one per traced call, the first, the profiler's warm-up, left out),
-    times in seconds from the first kept kernel."""
-    ordered = xla_trace.kernels(events, module=module)[1:]
+    times in seconds from the first kept kernel. ``calls``: how many calls were traced, the warm-up included
+    (what splits a GPU's kernels, which carry no run id, into runs)."""
+    ordered = xla_trace.kernels(events, module=module, calls=calls)[1:]
     origin = min((s for ops in ordered for _, s, _ in ops), default=0.0)
     calls, traced = [], []
     for index, ops in enumerate(ordered):
@@ -64,7 +65,7 @@ def trace_calls(jitted: Any, arguments: tuple, calls: int) -> TracedCalls | None
         if not found:
             return None
         events = _events(found[-1])
-    traced = ops_of(events, name, instruction_parts(module))
+    traced = ops_of(events, name, instruction_parts(module), calls + 1)
     return traced if traced.calls else None
 
 
