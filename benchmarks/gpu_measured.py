@@ -52,13 +52,16 @@ def sum_against_whole(profile_dir: Path) -> list[dict]:
     layers = p.summary
     out = []
     for _, whole in _measured(p.model).iterrows():
+        cells = loop_seconds(p.samples, str(whole["device"]))
+        loop = min((v for (_, b), v in cells.items() if b == int(whole["batch_size"])), default=0.0)
         mine = layers[(layers["device"] == whole["device"]) & (layers["batch_size"] == whole["batch_size"])]
         done = _measured(mine)
         total_s = float(done["median_s"].sum())
         out.append(dict(model=profile_dir.parent.name, mode=profile_dir.name, device=whole["device"],
                         batch=int(whole["batch_size"]), whole_ms=1e3 * float(whole["median_s"]),
                         layers_ms=1e3 * total_s, measured=f"{len(done)} of {len(mine)}",
-                        ratio=total_s / float(whole["median_s"]) if len(done) == len(mine) else np.nan))
+                        ratio=total_s / float(whole["median_s"]) if len(done) == len(mine) else np.nan,
+                        timed="" if loop > 0 else TIMINGS[1]))
     return out
 
 
@@ -66,9 +69,9 @@ def compared_cells(cpu_dir: Path, gpu_dir: Path, catalog_id: str) -> pd.DataFram
     """Each GPU cell the H200 measured beside the prediction ``tbs predict`` makes for it from the CPU profile."""
     predicted = tbs.predict(cpu_dir, [catalog_id]).predictions
     gpu = _profile(gpu_dir.resolve())
-    measured = pd.concat([_measured(gpu.summary)[["layer", "device", "batch_size", "category", "median_s"]],
-                          _measured(gpu.model).assign(layer=WHOLE, category="whole model")[
-                              ["layer", "device", "batch_size", "category", "median_s"]]])
+    columns = ["layer", "device", "batch_size", "category", "median_s", "shared_with"]
+    measured = pd.concat([_measured(gpu.summary).reindex(columns=columns),
+                          _measured(gpu.model).assign(layer=WHOLE, category="whole model").reindex(columns=columns)])
     measured = measured[(measured["device"] == "gpu:0") & measured["batch_size"].isin(predicted["batch_size"])]
     merged = measured.merge(predicted[["layer", "batch_size", "median_s", "low_s", "high_s", "method"]],
                             on=["layer", "batch_size"], suffixes=("_measured", "_predicted"))
@@ -76,7 +79,10 @@ def compared_cells(cpu_dir: Path, gpu_dir: Path, catalog_id: str) -> pd.DataFram
     merged.insert(0, "model", gpu_dir.parent.name)
     merged["log_error"] = np.log(merged["median_s_predicted"] / merged["median_s_measured"])
     merged["inside"] = merged["median_s_measured"].between(merged["low_s"], merged["high_s"])
-    loop = merged["batch_size"].map(loop_seconds(gpu.samples, "gpu:0")).fillna(0.0)
+    per_cell = loop_seconds(gpu.samples, "gpu:0")  # the whole model's samples name it WHOLE too
+    owner = merged["shared_with"].where(merged["shared_with"].notna() & (merged["shared_with"] != ""), merged["layer"])
+    loop = pd.Series([per_cell.get((str(layer), int(batch)), 0.0)  # a shared cell's samples are its owner's
+                      for layer, batch in zip(owner, merged["batch_size"])], index=merged.index)
     merged["timing"] = np.select([loop <= 0, merged["median_s_measured"] < loop], TIMINGS[1:], TIMINGS[0])
     return merged.reset_index(drop=True)
 
@@ -229,7 +235,9 @@ def render(sums: pd.DataFrame, errors: pd.DataFrame, cells: pd.DataFrame, verify
         f"`{cpu}/`. Nothing here is re-measured.", "",
         "## Sum of the layers against the whole compiled program", "",
         "Each layer is timed alone as a compiled loop; the whole model (inference) or train step (training) is "
-        "timed the same way. A ratio is given only where every layer was measured (a cut run leaves some out).", "",
+        "timed the same way. A ratio is given only where every layer was measured (a cut run leaves some out). "
+        "`before the harness fix`: runs 1 and 2, whose timing loop read 0 s an iteration, so each GPU layer cell "
+        "kept ~22 µs of it (a CPU's loop costs nanoseconds).", "",
         markdown(sums), "",
         f"## `tbs predict` from a CPU profile against the measured GPU (as catalog device `{args.catalog_device}`)", "",
         "Errors are |log(predicted / measured)| shown as a factor - 1; the band is the prediction's 90% band. "

@@ -183,7 +183,8 @@ def main() -> None:
                   "work as `tbs predict` describes them), held out by model: each model's rows predicted as `tbs predict` "
                   "prices a layer (no source's offset) by the model fitted on the published rows alone, and by one "
                   "fitted on them plus tbs's rows of the other models. The image classifiers are never fitted on "
-                  "(check only). A cell shorter than one iteration of its timing loop is not a row (measured.py).", "",
+                  "(check only), and a source under 50 fittable rows is not fitted on (the two fits are then one). A cell "
+                  "shorter than one iteration of its timing loop is not a row (measured.py).", "",
               *by_model_lines(held_out_by_model(table, published))]
     lines += ["", "Constants fitted on every row (what `tbs predict` uses): "
               + ", ".join(f"{k} {v:.3g}" for k, v in whole.constants().items()), ""]

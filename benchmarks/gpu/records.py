@@ -96,11 +96,12 @@ def loop_deleted(profile: Path) -> bool:
     """Whether a GPU batch of this profile was timed before the harness loop was kept (the first two H200 runs):
     its timing loop read 0 s an iteration, so each layer there still carries the loop's ~22 us a call."""
     samples = profile / "samples.csv"
-    per_batch: dict[str, list[float]] = {}
+    per_cell: dict[tuple[str, str], list[float]] = {}
     for row in csv.DictReader(open(samples)) if samples.is_file() else []:
         if row.get("device", "").startswith("gpu"):
-            per_batch.setdefault(row["batch_size"], []).append(float(row.get("harness_iteration_s") or 0.0))
-    return any(statistics.median(values) <= 0.0 for values in per_batch.values())
+            cell = (row.get("layer", ""), row["batch_size"])
+            per_cell.setdefault(cell, []).append(float(row.get("harness_iteration_s") or 0.0))
+    return any(statistics.median(values) <= 0.0 for values in per_cell.values())
 
 
 def set_aside(profile: Path) -> Path:

@@ -11,7 +11,8 @@ calls, so the GPU's own counts cannot describe a convolution or a GEMM). Left ou
   the loop): the loop's cost, subtracted, overlaps such a kernel, so what is left is not the kernel's time
   (ResNet50's BatchNorms read 2.7 us for 51 MB, 19 TB/s, past the H200's memory and L2); cells whose
   confidence interval reaches 0, and cells not ``ok``;
-- layers a mode leaves idle, and layers with no CPU row at that batch (no work to describe them with).
+- layers a mode leaves idle, layers with no CPU row at that batch (no work to describe them with), and a
+  layer that shares another identical layer's measurement (``shared_with``): that cell is one row, not two.
 
 The image classifiers (``CHECK_ONLY_MODELS``) are written out but never fitted on: they are the
 independent check of whatever the other rows change.
@@ -36,16 +37,18 @@ COLUMNS = ["source", "device", "precision", "model", "layer", "category", "batch
            "measured_seconds", "ci_low_s", "ci_high_s", "check_only", "framework", "profile"]
 
 
-def loop_seconds(samples: pd.DataFrame, device: str) -> dict[int, float]:
-    """Per batch of ``device``, the median cost of one iteration of its timing loop (0: the loop XLA deleted)."""
+def loop_seconds(samples: pd.DataFrame, device: str) -> dict[tuple[str, int], float]:
+    """Per (layer, batch) of ``device``, the median cost of one iteration of the cell's timing loop, as its own
+    samples recorded it (0: the loop XLA deleted). Per cell: a resumed profile can hold cells of both harnesses."""
     rows = samples[samples["device"] == device]
-    per_batch = pd.to_numeric(rows["harness_iteration_s"], errors="coerce").groupby(rows["batch_size"]).median()
-    return {int(b): float(value) if value > 0 else 0.0 for b, value in per_batch.items()}
+    loop = pd.to_numeric(rows["harness_iteration_s"], errors="coerce")
+    per_cell = loop.groupby([rows["layer"].astype(str), rows["batch_size"].astype(int)]).median()
+    return {(str(layer), int(b)): float(value) if value > 0 else 0.0 for (layer, b), value in per_cell.items()}
 
 
 def stale_batches(samples: pd.DataFrame, device: str) -> set[int]:
-    """``device``'s batches whose timing loop read 0 s an iteration: measured before the harness was kept."""
-    return {batch for batch, seconds in loop_seconds(samples, device).items() if not seconds > 0}
+    """``device``'s batches with a cell whose timing loop read 0 s an iteration (timed before the harness fix)."""
+    return {batch for (_, batch), seconds in loop_seconds(samples, device).items() if not seconds > 0}
 
 
 def _cpu_rows(profiles: Iterable[Profile]) -> dict[tuple[str, int], pd.Series]:
@@ -80,7 +83,8 @@ def measured_rows(profile: Profile, cpu_profiles: Iterable[Profile], model: str,
             batch, seconds = int(row["batch_size"]), float(row["median_s"])
             low = pd.to_numeric(row["ci_low_s"], errors="coerce")
             found = cpu.get((str(row["layer"]), batch))
-            if not loop.get(batch, 0.0) > 0 or not seconds >= loop[batch] or not low > 0 or found is None:
+            iteration = loop.get((str(row["layer"]), batch), 0.0)  # a shared cell (no samples of its own) is left
+            if not iteration > 0 or not seconds >= iteration or not low > 0 or found is None:  # to the one it shares
                 continue
             work = _work(row, found, profile, batch)
             if work is None:
