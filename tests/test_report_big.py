@@ -176,3 +176,14 @@ def test_heaviest_is_in_model_order(profile):
     data = ReportData(profile, top=3)
     assert data.heaviest() == [f"conv3_block{b}_1_conv" for b in (2, 3, 4)]
     assert layer_groups(profile)["kind"].tolist()[2:4] == ["activation", "activation"]
+
+
+def test_a_device_without_a_batch_gets_no_empty_bar(profile):
+    from tbs.report.layers_view import group_figure
+
+    devices = sorted(SPEED)
+    summary = profile.summary
+    profile.summary = summary[~((summary["device"] == devices[1]) & (summary["batch_size"] == 8))]
+    bars = group_figure(ReportData(profile), "kind").data[0].y  # two machines merged: one has no batch 8
+    assert f"batch 8 · {devices[0]}" in bars and f"batch 8 · {devices[1]}" not in bars
+    assert f"batch 1 · {devices[1]}" in bars

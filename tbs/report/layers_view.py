@@ -52,6 +52,7 @@ def group_figure(data: ReportData, by: str) -> go.Figure:
     for batch in data.batches:
         tables[batch], counts = grouped(measured_table(data.summary, summed, data.devices, batch), data.groups, by)
     joined = pd.concat([t.add_prefix(f"batch {b} · ") for b, t in tables.items()], axis=1)
+    joined = joined.loc[:, joined.notna().any(axis=0)]  # a device with no cell at a batch: no empty bar
     folded = fold(joined, data.top)
     names = [g for g in joined.index if g in set(folded.shown)]
     rest = f"{len(folded.folded)} more {by}s" if folded.folded else None
