@@ -9,12 +9,12 @@ that is 7 files, under the 8 a device call brings back.
 from __future__ import annotations
 
 import csv
-import statistics
 import hashlib
 import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import tarfile
 from importlib import metadata
@@ -93,8 +93,9 @@ SET_ASIDE = ".before-harness-fix"  # where a profile measured again keeps its ea
 
 
 def loop_deleted(profile: Path) -> bool:
-    """Whether a GPU batch of this profile was timed before the harness loop was kept (the first two H200 runs):
-    its timing loop read 0 s an iteration, so each layer there still carries the loop's ~22 us a call."""
+    """Whether a GPU cell of this profile was timed before the harness loop was kept (the first two H200 runs): its
+    timing loop read 0 s an iteration, so it still carries the loop's ~22 us a call (read per cell: a resumed
+    profile can hold cells of both harnesses)."""
     samples = profile / "samples.csv"
     per_cell: dict[tuple[str, str], list[float]] = {}
     for row in csv.DictReader(open(samples)) if samples.is_file() else []:

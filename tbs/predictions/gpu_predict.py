@@ -141,7 +141,7 @@ def _fused_row(profile: Profile, source_device: str, summed: dict[str, Any], lay
                 per_sample_s=seconds / batch, in_model_s=seconds, model_share=1.0)
 
 
-def activation_bytes(layer: LayerRecord | None, batch: int) -> float:
+def _activation_bytes(layer: LayerRecord | None, batch: int) -> float:
     """A layer's inputs and outputs at ``batch`` (the capture's sizes, scaled from its batch), or NaN."""
     if layer is None:
         return float("nan")
@@ -163,7 +163,7 @@ def layer_work(layer: LayerRecord | None, category: str, flops: Any, moved: Any,
     """
     if category not in MATMUL_CATEGORIES:
         flops = flops if is_number(flops) else 0.0  # a layer that only moves data: no FLOPs is an answer
-        moved = moved if is_number(moved) else activation_bytes(layer, batch)  # what the compiler could not count
+        moved = moved if is_number(moved) else _activation_bytes(layer, batch)  # what the compiler could not count
     if not all(is_number(v) for v in (flops, moved)):
         return None
     work = work_of(layer, category, float(flops), float(moved), batch, backend, training)

@@ -27,7 +27,7 @@ FRAMEWORK_TIMED = ("pytorch",)  # sources that timed framework calls (their per-
 # Operands over this share of the GPU's memory are left out: at that size paging and the allocator, not the
 # kernel, set the time (NeuSight's 15 GB GEMMs on a 16 GB P100 ran at a quarter of the rate of 1 GB ones).
 MAX_MEMORY_SHARE = 0.25
-MIN_SOURCE_ROWS = 50
+MIN_SOURCE_ROWS = 50  # a source's rows are fitted on from this many (outside the check-only models); scored below
 
 
 def _read(name: str) -> pd.DataFrame:

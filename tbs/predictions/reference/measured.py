@@ -5,8 +5,9 @@ A row is one layer cell that tbs measured on a GPU (``profiles/<gpu>/``), descri
 for the same layer and batch (XLA:GPU's cost analysis gives no FLOPs for cuDNN's and cuBLAS's custom
 calls, so the GPU's own counts cannot describe a convolution or a GEMM). Left out, and why:
 
-- cells measured before the harness fix: a GPU batch whose timing loop read 0 s an iteration (XLA had
-  deleted the empty loop), so every layer there still carries the loop's ~22 us per call on an H200;
+- cells timed before the harness fix: their timing loop read 0 s an iteration (XLA had deleted the empty
+  loop), so each still carries the loop's ~22 us per call on an H200 (read per cell: a resumed profile can
+  hold cells of both harnesses);
 - cells shorter than one iteration of their own timing loop (~22 us on an H200, most of it the host driving
   the loop): the loop's cost, subtracted, overlaps such a kernel, so what is left is not the kernel's time
   (ResNet50's BatchNorms read 2.7 us for 51 MB, 19 TB/s, past the H200's memory and L2); cells whose
@@ -28,6 +29,7 @@ import pandas as pd
 from tbs.predictions.gpu_predict import layer_work
 from tbs.predictions.work import Work
 from tbs.profiles.profile import Profile
+from tbs.schema import LayerRecord
 
 SOURCE = "tbs"
 MEASURED = "measured.csv"
@@ -52,7 +54,7 @@ def stale_batches(samples: pd.DataFrame, device: str) -> set[int]:
 
 
 def _cpu_rows(profiles: Iterable[Profile]) -> dict[tuple[str, int], pd.Series]:
-    """(layer, batch) -> the first CPU row with FLOPs and bytes among ``profiles``."""
+    """(layer, batch) -> its CPU row in the first of ``profiles`` that has one (the GPU profile's host first)."""
     out: dict[tuple[str, int], pd.Series] = {}
     for profile in profiles:
         summary = profile.summary
@@ -61,9 +63,8 @@ def _cpu_rows(profiles: Iterable[Profile]) -> dict[tuple[str, int], pd.Series]:
     return out
 
 
-def _work(row: pd.Series, cpu: pd.Series, profile: Profile, batch: int) -> Work | None:
+def _work(row: pd.Series, cpu: pd.Series, profile: Profile, layer: LayerRecord | None, batch: int) -> Work | None:
     """The work a ``tbs predict`` of this layer prices (``gpu_predict.layer_work``), from the CPU row's counts."""
-    layer = {l.name: l for l in profile.layers}.get(str(row["layer"]))
     if layer is None or layer.inactive:
         return None
     flops, moved = pd.to_numeric(cpu["flops"], errors="coerce"), pd.to_numeric(cpu["bytes_accessed"], errors="coerce")
@@ -74,6 +75,7 @@ def measured_rows(profile: Profile, cpu_profiles: Iterable[Profile], model: str,
                   precision: str, where: str = "") -> pd.DataFrame:
     """The resolved inference layer cells of ``profile``'s GPUs as reference rows (see the module's notes)."""
     cpu = _cpu_rows([profile, *cpu_profiles])
+    layers = {layer.name: layer for layer in profile.layers}
     summary = profile.summary
     rows = []
     gpu = summary[(summary["device_kind"].astype(str) == "gpu") & (summary["status"] == "ok")]
@@ -83,10 +85,11 @@ def measured_rows(profile: Profile, cpu_profiles: Iterable[Profile], model: str,
             batch, seconds = int(row["batch_size"]), float(row["median_s"])
             low = pd.to_numeric(row["ci_low_s"], errors="coerce")
             found = cpu.get((str(row["layer"]), batch))
-            iteration = loop.get((str(row["layer"]), batch), 0.0)  # a shared cell (no samples of its own) is left
-            if not iteration > 0 or not seconds >= iteration or not low > 0 or found is None:  # to the one it shares
+            # a layer sharing another's cell has no samples of its own: 0 here, its owner is the row
+            iteration = loop.get((str(row["layer"]), batch), 0.0)
+            if not iteration > 0 or not seconds >= iteration or not low > 0 or found is None:
                 continue
-            work = _work(row, found, profile, batch)
+            work = _work(row, found, profile, layers.get(str(row["layer"])), batch)
             if work is None:
                 continue
             in_m, in_n, in_k = work.input_gemm or (0, 0, 0)
