@@ -382,10 +382,13 @@ def test_a_same_padded_convolution_is_priced_as_its_kernel_not_as_its_counted_ta
                         output_shapes=[[32, 56, 56, 64]], batch_size=32)
     work = work_of(layer, "conv", 7230062592.0, 1.03e8, 32, "jax")
     assert (work.window, work.k, work.stride, work.winograd) == (9, 9 * 64, 1, True)
-    depthwise = LayerRecord("dw", "DepthwiseConv2D", "conv", params=3 * 3 * 3 + 3, input_shapes=[[8, 32, 32, 3]],
-                            output_shapes=[[8, 32, 32, 3]], batch_size=8)
-    flops = 2.0 * 8 * 32 * 32 * 3 * 9  # each channel its own 3x3 window: K = 9, not 3 x 3 channels
-    assert work_of(depthwise, "conv", flops, 1e5, 8, "jax").window == 9
+    depthwise = LayerRecord("dw", "DepthwiseConv2D", "conv", params=5 * 5 * 3 + 3, input_shapes=[[8, 14, 14, 3]],
+                            output_shapes=[[8, 14, 14, 3]], batch_size=8)
+    flops = 2.0 * 8 * 14 * 14 * 3 * 22  # each channel its own 5x5 window; 'same' padding: 22 taps counted, not 25
+    found = work_of(depthwise, "conv", flops, 1e5, 8, "jax")
+    assert (found.window, found.k, found.stride, found.winograd) == (25, 25, 1, False)  # K: the window alone
+    depthwise3 = depthwise.replace(params=3 * 3 * 3)  # no bias; a 3x3 depthwise kernel runs no Winograd
+    assert not work_of(depthwise3, "conv", 2.0 * 8 * 14 * 14 * 3 * 8, 1e5, 8, "jax").winograd
 
 
 def test_a_memory_bound_layer_is_priced_without_writing_the_output_its_consumer_reads_fused():

@@ -82,26 +82,32 @@ def _conv_geometry(layer: LayerRecord | None, out_shape: list[Any], k: int) -> d
     exact = _window_of_weights(layer, channels, out_shape[-1])  # K as the implicit GEMM runs it, padding included
     depthwise = layer is not None and "Depthwise" in str(layer.type)  # each channel its own window: K is the window
     window = exact or (k if depthwise or k % channels else k // channels)
+    implicit = {"k": window if depthwise else window * channels} if exact else {}  # a depthwise K: its window
     side = max(1, round(math.sqrt(window)))
     stride = next((s for s in range(1, 9) if out_height in (-(-height // s), (height - side) // s + 1)), 1)
-    return {"window": window, "stride": stride, "winograd": window == 9 and stride == 1,
-            "tensor_core_aligned": channels % 8 == 0, **({"k": window * channels} if exact else {})}
+    return {"window": window, "stride": stride, "winograd": window == 9 and stride == 1 and not depthwise,
+            "tensor_core_aligned": channels % 8 == 0, **implicit}
 
 
 def _window_of_weights(layer: LayerRecord | None, channels: int, filters: Any) -> int | None:
-    """A dense convolution's kernel area from its weights (area x channels x filters, plus a bias of filters).
+    """A convolution's kernel area from its weights: area x channels x filters (a depthwise kernel's: area x its
+    output channels), plus a bias of filters.
 
     The compiler's FLOPs cannot give it where the padding is 'same': the taps that fall on the padding are not
     counted, so a 3x3 convolution of 64 channels over 56 x 56 has K = 563, not 576 (read as a grouped kernel
-    of 563 taps: no Winograd, the wrong input gradient). None for a depthwise or grouped kernel, or no weights.
+    of 563 taps: no Winograd, the wrong input gradient), and EfficientNetB0's 5x5 depthwise kernels read 22 taps.
+    None for a grouped or separable kernel, or no weights.
     """
     if layer is None or not layer.params or not isinstance(filters, int) or filters <= 0 \
-            or any(word in str(layer.type) for word in ("Depthwise", "Separable")):
+            or "Separable" in str(layer.type):
         return None
-    for weights in (layer.params, layer.params - filters):
-        if weights > 0 and weights % (channels * filters) == 0:
-            return weights // (channels * filters)
-    return None
+    # a depthwise kernel: one window per output channel (channels x its multiplier), plus a bias of each
+    per_window = filters if "Depthwise" in str(layer.type) else channels * filters
+    found = [w // per_window for w in (layer.params - filters, layer.params) if w > 0 and w % per_window == 0]
+    # With and without a bias both divide where a window's weights are a multiple of the filters (a depthwise
+    # kernel: 25 or 26 for a 5x5): the square one is the kernel (k x k), else Keras's default, a bias.
+    squares = [w for w in found if math.isqrt(w) ** 2 == w]
+    return (squares or found or [None])[0]
 
 
 def _recurrent(layer: LayerRecord, flops: float, moved: float, batch: int, backend: str) -> Work | None:
