@@ -31,7 +31,7 @@ from common import ROOT
 
 from tbs.predictions.bands import regime  # noqa: E402
 from tbs.predictions.gpu_model import band_factors, predict_frame  # noqa: E402
-from tbs.predictions.reference import fit_table, reference_table  # noqa: E402
+from tbs.predictions.reference import MIN_SOURCE_ROWS, fit_table, reference_table  # noqa: E402
 
 TARGETS = {"median": math.log(1.25), "p90": math.log(2.0), "spearman": 0.9, "coverage": 0.85, "width": 3.0}
 SHAPE = ["source", "op", "kind", "phase", "precision", "m", "n", "k", "count", "steps", "in_m", "in_n", "in_k",
@@ -70,7 +70,9 @@ def held_out_by_model(table: pd.DataFrame, published_model) -> pd.DataFrame:
     parts = []
     for name in sorted(own["model"].unique()):
         rows = own[own["model"] == name]
-        with_own = fit_table(table[(table["source"] != OWN_SOURCE) | (table["model"] != name)])
+        others = own[(own["model"] != name) & ~own["check_only"]]
+        with_own = published_model if len(others) < MIN_SOURCE_ROWS else fit_table(  # under it: the same fit
+            table[(table["source"] != OWN_SOURCE) | (table["model"] != name)])
         for fitted, label in ((published_model, "published rows only"), (with_own, "published + tbs's other models")):
             # priced as `tbs predict` prices a layer: no source's offset (the frame names none)
             parts.append(_scored(rows.drop(columns=["source"]), fitted).assign(fitted_on=label, source=OWN_SOURCE))

@@ -95,7 +95,8 @@ SET_ASIDE = ".before-harness-fix"  # where a profile measured again keeps its ea
 def loop_deleted(profile: Path) -> bool:
     """Whether a GPU cell of this profile was timed before the harness loop was kept (the first two H200 runs): its
     timing loop read 0 s an iteration, so it still carries the loop's ~22 us a call (read per cell: a resumed
-    profile can hold cells of both harnesses)."""
+    profile can hold cells of both harnesses). tbs.predictions.reference.measured.stale_batches reads the same
+    with pandas; the driver imports nothing of tbs, so that it runs where tbs would not import."""
     samples = profile / "samples.csv"
     per_cell: dict[tuple[str, str], list[float]] = {}
     for row in csv.DictReader(open(samples)) if samples.is_file() else []:

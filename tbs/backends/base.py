@@ -186,9 +186,10 @@ class Device(ABC):
     def sync(self) -> None:
         """Wait until all work queued on this device has finished."""
 
-    @abstractmethod
     def run_placed(self, call: Any, args: tuple, kwargs: dict) -> Any:
-        """Run one recorded layer call here, inside a replayed forward pass (verifying a placement)."""
+        """Run one recorded layer call here, inside a replayed forward pass (verifying a placement): what the
+        default ``run_segment`` runs each call with. A backend that compiles a whole run (JAX) needs none."""
+        raise NotImplementedError(f"{type(self).__name__} replays a placement through run_segment")
 
     def run_segment(self, key: Hashable, calls: list[Any], run: Callable[..., list[Any]],
                     tensors: list[Any]) -> list[Any]:

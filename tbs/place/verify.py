@@ -111,9 +111,10 @@ def replay_fn(placement: dict[str, str], calls_on: dict[str, dict[str, LayerCall
 
         return run
 
-    runs = [(segment, [calls_on[segment.device][name] for name in segment.names])
-            for segment in segments(placement, plan, outputs, order)]
-    parts = [(segment, calls, body(segment, calls)) for segment, calls in runs]  # once: the replay itself is timed
+    parts = []  # built once: the replay itself is timed
+    for segment in segments(placement, plan, outputs, order):
+        calls = [calls_on[segment.device][name] for name in segment.names]
+        parts.append((segment, calls, body(segment, calls)))
 
     def replay(*model_inputs: Any) -> Any:
         values: dict[Source, Any] = {(GRAPH_INPUT, i): x for i, x in enumerate(model_inputs)}

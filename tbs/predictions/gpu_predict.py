@@ -143,9 +143,14 @@ def _fused_row(profile: Profile, source_device: str, summed: dict[str, Any], lay
 
 def _activation_bytes(layer: LayerRecord | None, batch: int) -> float:
     """A layer's inputs and outputs at ``batch`` (the capture's sizes, scaled from its batch), or NaN."""
+    return _captured_bytes(layer, batch, outputs_only=False)
+
+
+def _captured_bytes(layer: LayerRecord | None, batch: int, outputs_only: bool) -> float:
+    """The capture's sizes of a layer's outputs (and inputs), scaled from its batch to ``batch``; NaN if unknown."""
     if layer is None:
         return float("nan")
-    sizes, captured = [layer.input_bytes, layer.output_bytes], layer.batch_size
+    sizes, captured = [layer.output_bytes] + ([] if outputs_only else [layer.input_bytes]), layer.batch_size
     if not all(is_number(v) for v in (*sizes, captured)) or not captured:
         return float("nan")
     return float(sum(sizes)) * batch / float(captured)
@@ -175,9 +180,7 @@ def layer_work(layer: LayerRecord | None, category: str, flops: Any, moved: Any,
 
 def _output_bytes(layer: LayerRecord | None, batch: int) -> float:
     """A layer's outputs at ``batch`` (the capture's size, scaled from its batch), or NaN."""
-    if layer is None or not is_number(layer.output_bytes) or not layer.batch_size:
-        return float("nan")
-    return float(layer.output_bytes) * batch / float(layer.batch_size)
+    return _captured_bytes(layer, batch, outputs_only=True)
 
 
 def _layer_row(row: pd.Series, layer: LayerRecord | None, backend: str, training: bool, spec: GpuSpec,

@@ -30,7 +30,7 @@ from tbs.backends.base import (CalibrationProgram, Device, PlacedStep, ProgramCo
                                TrainingPrograms)
 from tbs.backends.jax.capture import host_strings_accepted
 from tbs.backends.jax.environment import jax as _jax
-from tbs.backends.tensors import is_host_strings, iter_tensors, replace_tensors
+from tbs.backends.tensors import is_host_strings
 
 STRINGS_UNSUPPORTED = ("needs TensorFlow string ops: JAX has no string type, so this call cannot be "
                        "compiled or placed on a JAX device")
@@ -270,15 +270,6 @@ class JaxDevice(Device):
     def put(self, x: Any) -> Any:
         """``x`` copied to this device (the one copy every program here and the split step use)."""
         return _jax().device_put(x, self.jax_device)
-
-    def run_placed(self, call: Any, args: tuple, kwargs: dict) -> Any:
-        """The call compiled once for this device (its weights here), as a run of one (``run_segment``); its
-        outputs flat, in the order the call returns them. Its inputs are copied here first."""
-        def run(*tensors: Any, invoke: Callable[[Any, tuple, dict], Any]) -> list[Any]:
-            a, k = replace_tensors((call.args, call.kwargs), list(tensors))
-            return list(iter_tensors(invoke(call, a, k)))
-
-        return self.run_segment(("call", call.name), [call], run, list(iter_tensors((args, kwargs))))
 
     def run_segment(self, key: Any, calls: list[Any], run: Callable[..., list[Any]], tensors: list[Any]) -> list[Any]:
         """The run of calls compiled once as one program for this device (their weights here), as a split is
