@@ -220,3 +220,23 @@ def test_a_profile_timed_before_the_harness_fix_is_measured_again_and_its_rows_k
     assert (kept / "samples.csv").read_text() == (earlier / "nn_twins" / "inference" / "samples.csv").read_text()
     with tarfile.open(tmp_path / "out" / "profiles-examples.tar.gz") as tar:
         assert f"h200/nn_twins/inference{drive.SET_ASIDE}/samples.csv" in tar.getnames()
+
+
+def test_a_profile_measured_again_is_verified_again_and_the_earlier_verify_kept_beside_it(tmp_path: Path) -> None:
+    """The first runs' verify replayed each layer as its own call; a split now runs one program per run of layers
+    on one device. A verify.json beside a profile that is measured again is measured again too, never deleted."""
+    earlier = tmp_path / "h200"
+    _earlier(earlier, "cnn_flowers/inference", "complete")
+    (earlier / "cnn_flowers" / "verify.json").write_text('{"run": 1}')
+    s = drive.Settings(False, tmp_path / "work", "h200", drive.catalog_prices(False, "h200"), earlier=earlier)
+    assert "cnn_flowers/verify" not in [st.name for st in drive.plan(s)]  # verified with the profile it keeps
+    _samples(earlier / "cnn_flowers" / "inference", {32: 0.0})
+    verify = next(st for st in drive.plan(s) if st.name == "cnn_flowers/verify")
+    assert verify.replaces == ("cnn_flowers/verify.json",) and "verified again" in verify.note
+    here = s.work / "profiles" / "h200" / "cnn_flowers"
+    writes = f"open({str(here / 'verify.json')!r}, 'w').write('{{}}')"  # what verify.py does
+    step = drive.Step(verify.name, (sys.executable, "-c", writes), 1.0, 30.0, replaces=verify.replaces)
+    drive.execute([step], s, "NVIDIA H200", tmp_path / "out", total_s=120.0)
+    assert (here / f"verify.json{drive.SET_ASIDE}").read_text() == '{"run": 1}'
+    with tarfile.open(tmp_path / "out" / "profiles-examples.tar.gz") as tar:  # packed after the step
+        assert {"h200/cnn_flowers/verify.json", f"h200/cnn_flowers/verify.json{drive.SET_ASIDE}"} <= set(tar.getnames())

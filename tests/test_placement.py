@@ -67,6 +67,22 @@ def test_milp_is_optimal_for_three_devices(seed):
     assert solve_milp(problem).cost == pytest.approx(brute_force(problem).cost, rel=1e-7)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_every_solver_stays_exact_when_each_device_change_in_call_order_pays_a_dispatch(seed):
+    """Order tensors (zero bytes, one per consecutive pair of layers) cost the new device's dispatch."""
+    for devices, solver, chain in ((["cpu", "gpu", "tpu"], solve_chain, True),
+                                   (["cpu", "gpu"], solve_two_devices, False), (["cpu", "gpu", "tpu"], solve_milp, False)):
+        problem = random_problem(seed, 6, devices, chain=chain)
+        problem.tensors += [Tensor(a, (b,), 0, order=True) for a, b in zip(problem.layers, problem.layers[1:])]
+        problem.dispatch = {d: 0.5 + i for i, d in enumerate(devices)}
+        got, best = solver(problem), brute_force(problem)
+        assert got.cost == pytest.approx(best.cost, rel=1e-6)
+        changes = sum(got.placement[a] != got.placement[b] for a, b in zip(problem.layers, problem.layers[1:]))
+        without = Problem(problem.layers, devices, problem.host, problem.node_cost,
+                          [t for t in problem.tensors if not t.order], problem.transfer_cost)
+        assert problem.cost_of(got.placement) >= without.cost_of(got.placement) + 0.5 * changes - 1e-9
+
+
 def test_transfers_that_cost_more_than_they_save_are_avoided():
     """Per-layer argmin would ping-pong cpu/gpu; the optimum stays put."""
     layers = ["a", "b", "c", "d"]

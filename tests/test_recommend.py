@@ -16,7 +16,7 @@ SECONDS = {("pre", "cpu:0"): 1.0, ("pre", "gpu:0"): 1.2, ("conv", "cpu:0"): 10.0
            ("pool", "cpu:0"): 0.5, ("pool", "gpu:0"): 0.6, ("dense", "cpu:0"): 4.0, ("dense", "gpu:0"): 0.5}
 
 
-def fake_profile(tmp_path, transfer_alpha=0.3, prices=None):
+def fake_profile(tmp_path, transfer_alpha=0.3, prices=None, backend=None, dispatch_s=None):
     rows = []
     for (layer, device), seconds in SECONDS.items():
         rows.append({"layer": layer, "layer_type": "X", "category": "other", "device": device,
@@ -33,11 +33,18 @@ def fake_profile(tmp_path, transfer_alpha=0.3, prices=None):
             "prices_usd_per_hour": prices or {}, "model": {"name": "fake", "sha256": "x"}, "status": "complete",
             "host": {"hostname": "h"}}
     directory = tmp_path / "fake"
-    directory.mkdir()
+    directory.mkdir(parents=True)
     (directory / "metadata.json").write_text(json.dumps(meta))
+    if backend:
+        meta["backend"] = backend
     summary = pd.DataFrame(rows)
     summary.to_csv(directory / "summary.csv", index=False)
-    return Profile(directory, meta, summary, pd.DataFrame(), pd.DataFrame())
+    model = pd.DataFrame([{"device": d, "batch_size": 8, "mode": "inference", "status": "ok",
+                           "dispatch_overhead_s": s}
+                          for d, s in (dispatch_s or {}).items()])
+    if len(model):
+        model.to_csv(directory / "model.csv", index=False)
+    return Profile(directory, meta, summary, model, pd.DataFrame())
 
 
 def test_time_placement_avoids_transfers_that_do_not_pay(tmp_path):
@@ -49,6 +56,36 @@ def test_time_placement_avoids_transfers_that_do_not_pay(tmp_path):
     assert rec.chosen.seconds_per_batch < rec.argmin.seconds_per_batch
     best_single = min(e.seconds_per_batch for e in rec.single_devices)
     assert rec.chosen.seconds_per_batch < best_single
+
+
+def test_each_program_call_pays_its_devices_dispatch_where_a_split_runs_a_call_per_segment(tmp_path):
+    """Free copies: ping-pong (cpu, gpu, cpu, gpu) is fastest by layer times alone (3.0 s). On JAX each run of
+    layers on one device is its own program call, so ping-pong pays four dispatches (4.0 s) and all on the GPU
+    (3.3 s + one) wins; on TensorFlow a split is one graph, one dispatch, and ping-pong stays the answer."""
+    ping_pong = {"pre": "cpu:0", "conv": "gpu:0", "pool": "cpu:0", "dense": "gpu:0"}
+    dispatch = {"cpu:0": 0.25, "gpu:0": 0.25}
+    jax = recommend(fake_profile(tmp_path / "jax", transfer_alpha=0.0, backend="jax", dispatch_s=dispatch), "time")
+    assert set(jax.chosen.placement.values()) == {"gpu:0"}
+    assert jax.chosen.seconds_per_batch == pytest.approx(3.3 + 0.25)
+    assert jax.argmin.seconds_per_batch == pytest.approx(3.0 + 4 * 0.25)  # each device change starts a program
+    rows = jax.placement
+    assert rows["dispatch_seconds_per_sample"].tolist() == pytest.approx([0.25 / 8, 0, 0, 0])
+    total = rows[["seconds_per_sample", "transfer_in_seconds_per_sample", "dispatch_seconds_per_sample"]].sum().sum()
+    assert total * 8 == pytest.approx(jax.chosen.seconds_per_batch)
+    assert "one program call per run of consecutive layers on one device" in jax.data.dispatch_note
+    tf = recommend(fake_profile(tmp_path / "tf", transfer_alpha=0.0, backend="tensorflow", dispatch_s=dispatch),
+                   "time")
+    assert tf.chosen.placement == ping_pong
+    assert tf.chosen.seconds_per_batch == pytest.approx(3.0 + 0.25)
+    assert "one program call for the whole placement" in tf.data.dispatch_note
+
+
+def test_a_device_whose_dispatch_was_never_timed_is_named_not_priced_at_zero_silently(tmp_path):
+    rec = recommend(fake_profile(tmp_path, transfer_alpha=0.0, backend="jax", dispatch_s={"cpu:0": 0.25}), "time")
+    assert rec.data.dispatch_seconds == {"cpu:0": 0.25}
+    assert "not priced on gpu:0 (no whole-model call timed there)" in rec.data.dispatch_note
+    text = CliRunner().invoke(cli, ["recommend", str(tmp_path / "fake"), "--objective", "time"]).output
+    assert "not priced on gpu:0" in text
 
 
 def test_expensive_copies_keep_everything_on_one_device(tmp_path):

@@ -83,6 +83,7 @@ class Step:
     note: str = ""
     env: tuple[tuple[str, str], ...] = ()
     parts: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (name, tbs arguments) of each profile it runs
+    replaces: tuple[str, ...] = ()  # files of the earlier run it writes again: set aside first, never deleted
 
 
 @dataclass
@@ -204,6 +205,24 @@ def _budget(estimate_s: float, scale: float = 1.0) -> float:
     return round(scale * max(1.5 * estimate_s, estimate_s + 20.0))
 
 
+def _verify(s: Settings) -> Step | None:
+    """`tbs recommend --verify` on cnn_flowers; None where the earlier run verified the profile this run keeps. A
+    profile measured again is verified again (the earlier replay ran each layer as its own call, before a split
+    ran one program per run of layers on one device); the earlier verify.json is set aside beside it."""
+    done = s.earlier is not None and (s.earlier / "cnn_flowers" / "verify.json").is_file()
+    again = done and s.earlier_status("cnn_flowers/inference") == STALE
+    if done and not again:
+        return None
+    estimate = PROCESS_START_S + GPU_ESTIMATE_S["cnn_flowers/verify"]
+    note = "tbs recommend --verify: the mixed placement run for real, predicted against measured"
+    return Step("cnn_flowers/verify", (PYTHON, str(ROOT / "benchmarks" / "gpu" / "verify.py"),
+                                       str(s.work / "profiles" / s.gpu / "cnn_flowers" / "inference"), s.batches((32,))),
+                estimate, _budget(estimate, s.budget_scale), s.devices, s.batches((32,)),
+                note + ("; verified again: the profile is measured again (the earlier one kept as verify.json"
+                       f"{SET_ASIDE})" if again else ""), s.two_devices,
+                replaces=("cnn_flowers/verify.json",) if again else ())
+
+
 def plan(s: Settings) -> list[Step]:
     """Every step, most valuable first: a run cut short keeps the first ones."""
     models = (*EXAMPLES, "resnet50", "efficientnetb0", "bert_base")
@@ -212,14 +231,7 @@ def plan(s: Settings) -> list[Step]:
                            *(("--small",) if s.dry_run else ())), build_s, _budget(build_s, s.budget_scale),
                  note="Keras on JAX's CPU (the GPU untouched); no TensorFlow anywhere",
                  env=(("KERAS_BACKEND", "jax"), ("JAX_PLATFORMS", "cpu")))
-    verify_s = PROCESS_START_S + GPU_ESTIMATE_S["cnn_flowers/verify"]
-    verify = None if s.earlier and (s.earlier / "cnn_flowers" / "verify.json").is_file() else Step(
-        "cnn_flowers/verify",
-                  (PYTHON, str(ROOT / "benchmarks" / "gpu" / "verify.py"),
-                   str(s.work / "profiles" / s.gpu / "cnn_flowers" / "inference"), s.batches((32,))),
-                  verify_s, _budget(verify_s, s.budget_scale), s.devices, s.batches((32,)),
-                  "tbs recommend --verify: the mixed placement run for real, predicted against measured",
-                  s.two_devices)
+    verify = _verify(s)
     trace_s = PROCESS_START_S + GPU_ESTIMATE_S["trace-check"]
     trace = Step("trace-check", (PYTHON, str(ROOT / "benchmarks" / "gpu" / "trace_check.py")), trace_s,
                  _budget(trace_s, s.budget_scale), s.gpu_only,
@@ -403,8 +415,10 @@ def execute(steps: list[Step], s: Settings, gpu_name: str, out: Path, total_s: f
     for st in steps:
         left = total_s - PACK_RESERVE_S - (time.monotonic() - started)
         log(f"{st.name}: start (estimate {st.estimate_s:.0f} s, budget {min(st.budget_s, max(left, 0)):.0f} s)")
-        aside = [set_aside(s.work / "profiles" / s.gpu / name) for name, _ in st.parts  # measured again from empty:
-                 if s.earlier_status(name) == STALE]  # the earlier rows beside it, packed with it
+        here = s.work / "profiles" / s.gpu
+        aside = [set_aside(here / name) for name, _ in st.parts  # measured again from empty: the earlier rows
+                 if s.earlier_status(name) == STALE]  # beside it, packed with it
+        aside += [set_aside(here / name) for name in st.replaces if (here / name).exists()]
         result = run_step(st, left, log, out / "steps.log")
         for kept in aside if result.status == "skipped" else []:
             kept.rename(kept.with_name(kept.name[:-len(SET_ASIDE)]))
@@ -418,7 +432,7 @@ def execute(steps: list[Step], s: Settings, gpu_name: str, out: Path, total_s: f
             record["rebuilt_models"] = adopt_rebuilt_models(s.work / "profiles" / s.gpu, s.work / "models")
             log(f"{len(record['rebuilt_models'])} earlier profiles now name this build of their model (same code "
                 f"and seed; environment.json keeps both sha256s)")
-        for group in groups_of([name for name, _ in st.parts]) if result.status != "skipped" else []:
+        for group in groups_of([st.name, *(name for name, _ in st.parts)]) if result.status != "skipped" else []:
             packed = pack(s.work / "profiles" / s.gpu, out, group)
             if packed is not None and packed.stat().st_size > MAX_FILE_BYTES:
                 log(f"{packed.name} is {packed.stat().st_size / 2**20:.1f} MiB: over the limit, it will not come back")

@@ -46,6 +46,9 @@ class Backend:
     string_ops: bool  # runs TensorFlow string ops (TextVectorization) itself; else such calls are refused
     always_xla: bool  # compiles every program with XLA, --xla or not
     fused_gpu_rnn: tuple[str, ...] = ()  # recurrent layer types it runs on a GPU as one fused cuDNN kernel
+    # A split forward pass replays as one program call per run of consecutive calls on one device (JAX: a jit cannot
+    # span devices), each paying its device's dispatch; else as one program for the whole split (TensorFlow's graph).
+    call_per_segment: bool = False
 
     def module(self, part: str) -> ModuleType:
         """This backend's ``part`` module (``discovery``, ``environment`` ...), imported on first use."""
@@ -59,7 +62,7 @@ REGISTRY: dict[str, Backend] = {b.name: b for b in (
     Backend("tensorflow", "tbs.backends.tensorflow", requires="tensorflow", install="pip install tensorflow",
             short="tf", string_ops=True, always_xla=False, fused_gpu_rnn=("LSTM", "GRU")),
     Backend("jax", "tbs.backends.jax", requires="jaxlib", install="pip install 'tbs[jax]'",
-            short="jax", string_ops=False, always_xla=True, fused_gpu_rnn=("LSTM",)),
+            short="jax", string_ops=False, always_xla=True, fused_gpu_rnn=("LSTM",), call_per_segment=True),
 )}
 BACKENDS = tuple(REGISTRY)
 # The files every backend's folder has (a backend may add its own, as tensorflow/loop.py).

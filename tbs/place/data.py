@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from tbs.backends import BACKENDS, backend
 from tbs.cost.reprice import lookup
 from tbs.errors import TbsError
 from tbs.measure.transfers import TransferFit, pair_key
@@ -24,7 +25,7 @@ from tbs.place.memory import MemoryLimits, limits_for
 from tbs.place.solvers import INFEASIBLE, Tensor
 from tbs.profiles.profile import Profile
 from tbs.schema import LOSS_LAYER, MEASURED
-from tbs.units import is_number
+from tbs.units import format_seconds, is_number
 
 
 @dataclass
@@ -48,6 +49,31 @@ class PlacementData:
     why_not: dict[tuple[str, str], str] = field(default_factory=dict)
     # Set when no --batch was given and larger profiled batches were passed over (choose_batch): printed.
     batch_note: str = ""
+    # Per device, one program call's dispatch (the whole model's single blocked call less its looped call), where
+    # it was measured at this batch. Inference only: a split train step runs as its backend's own sequence of calls.
+    dispatch_seconds: dict[str, float] = field(default_factory=dict)
+    call_per_segment: bool = False  # a split is one call per run of layers on one device (JAX), else one call
+    dispatch_note: str = ""  # what dispatch the placement prices, and where it is unknown: printed
+
+    def program_starts(self, placement: dict[str, str]) -> list[str]:
+        """The layers that start a program call: the first, and, where a split is a call per run of layers on one
+        device, each whose device differs from the layer's before it in call order."""
+        if not self.layers:
+            return []
+        starts = [self.layers[0]]
+        if self.call_per_segment:
+            starts += [l for prev, l in zip(self.layers, self.layers[1:]) if placement[l] != placement[prev]]
+        return starts
+
+    def dispatch_of(self, placement: dict[str, str]) -> dict[str, float]:
+        """Per layer that starts a program call, its device's dispatch in seconds (unknown: not priced)."""
+        return {l: self.dispatch_seconds.get(placement[l], 0.0) for l in self.program_starts(placement)}
+
+    def order_tensors(self) -> list[Tensor]:
+        """Zero-byte links between consecutive calls, where crossing devices starts a program (call per segment)."""
+        if not (self.call_per_segment and self.dispatch_seconds):
+            return []
+        return [Tensor(prev, (layer,), 0, order=True) for prev, layer in zip(self.layers, self.layers[1:])]
 
     def transfer_seconds(self, src: str, dst: str, nbytes: int) -> float:
         if src == dst:
@@ -64,6 +90,7 @@ class PlacementData:
             "tensors": [{"src": t.src, "consumers": list(t.consumers), "bytes": t.bytes,
                          **({"grad": True} if t.grad else {})} for t in self.tensors],
             "transfer_fits": {k: f.as_dict() for k, f in self.fits.items()},
+            "dispatch_seconds": self.dispatch_seconds, "call_per_segment": self.call_per_segment,
         }
 
 
@@ -116,7 +143,31 @@ def gather(profile: Profile, batch_size: int | None) -> PlacementData:
             if not memory.fits_alone(l, d):  # its weights and activations alone exceed the device
                 seconds[(l, d)] = INFEASIBLE
                 why_not[(l, d)] = "its weights and activations do not fit in the device's memory"
-    return PlacementData(batch, layers, devices, host, seconds, usd, tensors, fits, profile.mode, memory, why_not, batch_note)
+    dispatch, call_per_segment, note = _dispatch(profile, batch, devices)
+    return PlacementData(batch, layers, devices, host, seconds, usd, tensors, fits, profile.mode, memory, why_not,
+                         batch_note, dispatch, call_per_segment, note)
+
+
+def _dispatch(profile: Profile, batch: int, devices: list[str]) -> tuple[dict[str, float], bool, str]:
+    """Each device's measured dispatch per program call at ``batch``, whether a split calls one program per run of
+    layers on one device (the profile's backend), and the note saying what is priced and what is not."""
+    model = profile.model
+    if profile.mode == "training" or model is None or model.empty or "dispatch_overhead_s" not in model:
+        return {}, False, ""
+    rows = model[(pd.to_numeric(model["batch_size"], errors="coerce") == batch) & model["device"].isin(devices)]
+    found = {str(d): float(v) for d, v in zip(rows["device"], pd.to_numeric(rows["dispatch_overhead_s"],
+                                                                            errors="coerce")) if math.isfinite(v)}
+    if not found:
+        return {}, False, ""
+    per_segment = backend(profile.backend).call_per_segment if profile.backend in BACKENDS else False
+    calls = ("one program call per run of consecutive layers on one device" if per_segment
+             else "one program call for the whole placement")
+    measured = ", ".join(f"{d} {format_seconds(v)}" for d, v in sorted(found.items()))
+    note = f"each program call's dispatch is included ({calls}; measured per call: {measured})"
+    missing = [d for d in devices if d not in found]
+    if missing:
+        note += f"; not priced on {', '.join(missing)} (no whole-model call timed there)"
+    return found, per_segment, note
 
 
 def check_placeable(inp: PlacementData, objective: str) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Callable
 
 import numpy as np
 
@@ -29,10 +30,19 @@ from tbs.place.solvers import INFEASIBLE, Problem, Solution, blocked_layer, solv
 from tbs.profiles.profile import Profile
 
 
+def problem_of(inp: PlacementData, node_cost: dict[tuple[str, str], float],
+               transfer_cost: Callable[[str, str, int], float], dispatch: dict[str, float]) -> Problem:
+    """The problem with each program call's dispatch priced: the first layer's device pays one, and where a split
+    is a call per run of layers on one device, each device change pays the new device's (order tensors)."""
+    first = inp.layers[0] if inp.layers else None
+    cost = {k: v + (dispatch.get(k[1], 0.0) if k[0] == first else 0.0) for k, v in node_cost.items()}
+    return Problem(inp.layers, inp.devices, inp.host, cost, inp.tensors + inp.order_tensors(), transfer_cost, dispatch)
+
+
 def time_problem(inp: PlacementData, allowed: list[str] | None = None) -> Problem:
     allowed = allowed or inp.devices
     cost = {(l, d): (inp.seconds[(l, d)] if d in allowed else INFEASIBLE) for l in inp.layers for d in inp.devices}
-    return Problem(inp.layers, inp.devices, inp.host, cost, inp.tensors, inp.transfer_seconds)
+    return problem_of(inp, cost, inp.transfer_seconds, inp.dispatch_seconds)
 
 
 def metered_cost_problem(inp: PlacementData) -> Problem:
@@ -44,8 +54,9 @@ def metered_cost_problem(inp: PlacementData) -> Problem:
         return seconds * price if math.isfinite(seconds) and price is not None else INFEASIBLE
 
     cost = {(l, d): times_price(inp.seconds[(l, d)], usd(d)) for l in inp.layers for d in inp.devices}
-    return Problem(inp.layers, inp.devices, inp.host, cost, inp.tensors,
-                   lambda s, d, n: 0.0 if s == d else times_price(inp.transfer_seconds(s, d, n), usd(d) or 0.0))
+    dispatch = {d: times_price(s, usd(d) or 0.0) for d, s in inp.dispatch_seconds.items()}
+    return problem_of(inp, cost, lambda s, d, n: 0.0 if s == d else times_price(inp.transfer_seconds(s, d, n),
+                                                                                 usd(d) or 0.0), dispatch)
 
 
 def evaluate(inp: PlacementData, name: str, placement: dict[str, str], billing: str) -> Evaluation:
@@ -155,10 +166,12 @@ def frontier(inp: PlacementData, billing: str) -> list[Evaluation]:
     t_problem, c_problem = time_problem(inp), metered_cost_problem(inp)
     found: dict[tuple, Evaluation] = {}
     for weight in np.logspace(-6, 6, 13):
-        combined = Problem(inp.layers, inp.devices, inp.host,
-                           {k: t_problem.node_cost[k] * weight + c_problem.node_cost[k] for k in t_problem.node_cost},
-                           inp.tensors,
-                           lambda s, d, n, w=weight: t_problem.transfer_cost(s, d, n) * w + c_problem.transfer_cost(s, d, n))
+        combined = Problem(
+            inp.layers, inp.devices, inp.host,
+            {k: t_problem.node_cost[k] * weight + c_problem.node_cost[k] for k in t_problem.node_cost},
+            t_problem.tensors,
+            lambda s, d, n, w=weight: t_problem.transfer_cost(s, d, n) * w + c_problem.transfer_cost(s, d, n),
+            {d: t_problem.dispatch[d] * weight + c_problem.dispatch.get(d, 0.0) for d in t_problem.dispatch})
         sol = solve(combined)
         if sol.placement and math.isfinite(sol.cost):
             key = tuple(sol.placement[l] for l in inp.layers)

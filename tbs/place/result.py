@@ -76,7 +76,8 @@ class Recommendation:
     @property
     def placement(self) -> pd.DataFrame:
         """One row per layer: its device, predicted time and cost per sample, and the copies it waits for."""
-        columns = ["layer", "device", "seconds_per_sample", "usd_per_sample", "transfer_in_seconds_per_sample"]
+        columns = ["layer", "device", "seconds_per_sample", "usd_per_sample", "transfer_in_seconds_per_sample",
+                   "dispatch_seconds_per_sample"]
         if self.mode == "training":
             columns.append("gradient_in_seconds_per_sample")
         return pd.DataFrame(layer_rows(self), columns=columns)
@@ -112,9 +113,11 @@ def _copies_in(inp: PlacementData, placement: dict[str, str]) -> tuple[dict[str,
 
 
 def layer_rows(rec: Recommendation) -> list[dict[str, Any]]:
-    """Per layer: device, predicted seconds and USD per sample, and the copies it waits for per sample."""
+    """Per layer: device, predicted seconds and USD per sample, the copies it waits for and the program call it
+    starts (its device's dispatch, where the layer starts one), per sample."""
     inp, placement, batch = rec.data, rec.chosen.placement, rec.data.batch_size
     forward, backward = _copies_in(inp, placement)
+    dispatch = inp.dispatch_of(placement) if inp.dispatch_seconds else {}
     rows = []
     for layer in inp.layers:
         device = placement[layer]
@@ -122,7 +125,8 @@ def layer_rows(rec: Recommendation) -> list[dict[str, Any]]:
         usd = usd_per_batch(seconds, inp.usd_per_hour.get(device))
         row = {"layer": layer, "device": device, "seconds_per_sample": seconds / batch,
                "usd_per_sample": None if usd is None else usd / batch,
-               "transfer_in_seconds_per_sample": forward[layer] / batch}
+               "transfer_in_seconds_per_sample": forward[layer] / batch,
+               "dispatch_seconds_per_sample": dispatch.get(layer, 0.0) / batch}
         if inp.mode == "training":
             row["gradient_in_seconds_per_sample"] = backward[layer] / batch
         rows.append(row)

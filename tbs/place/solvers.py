@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -47,6 +47,9 @@ class Tensor:
     consumers: tuple[str, ...]
     bytes: int
     grad: bool = False
+    # A zero-byte link from one call to the next in call order: where a split runs one program call per run of
+    # layers on one device, crossing it to another device starts a program there, which costs that device's dispatch.
+    order: bool = False
 
 
 @dataclass
@@ -57,6 +60,7 @@ class Problem:
     node_cost: dict[tuple[str, str], float]  # (layer, device) -> cost, INFEASIBLE where it cannot run
     tensors: list[Tensor]
     transfer_cost: Callable[[str, str, int], float]  # (from, to, bytes) -> cost; 0 when from == to
+    dispatch: dict[str, float] = field(default_factory=dict)  # device -> one program call's cost there (order tensors)
 
     def __post_init__(self) -> None:
         # NaN (e.g. an unknown time x a price of 0) compares false with everything: forbidden, like inf
@@ -70,6 +74,8 @@ class Problem:
         """Moving ``t`` between its producer's device and a consumer's: forward, or a gradient back."""
         if src_device == consumer_device:
             return 0.0
+        if t.order:
+            return self.dispatch.get(consumer_device, 0.0)
         if t.grad:
             value = self.transfer_cost(consumer_device, src_device, t.bytes)
         else:

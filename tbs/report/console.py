@@ -292,6 +292,9 @@ def recommendation_text(rec: Recommendation) -> str:
     layers["transfer in"] = layers.pop("transfer_in_seconds_per_sample").map(format_seconds)
     if "gradient_in_seconds_per_sample" in layers:
         layers["gradient in"] = layers.pop("gradient_in_seconds_per_sample").map(format_seconds)
+    dispatch = layers.pop("dispatch_seconds_per_sample")
+    if (dispatch > 0).any():  # the layers that start a program call
+        layers["dispatch"] = dispatch.map(lambda s: format_seconds(s) if s > 0 else "")
     gain = saving(rec)
     mode = f"; {rec.mode_note}" if rec.mode == "training" else ""
     lines = [f"Placement for batch {batch}: minimise {rec.objective} ({rec.billing} billing), {rec.method}; "
@@ -308,8 +311,9 @@ def recommendation_text(rec: Recommendation) -> str:
             f"{format_usd(e.per_sample(batch)['usd_per_1m_samples'])}/1M" for e in rec.frontier)]
     if rec.predicted_note:
         lines += ["", f"Note: {rec.predicted_note}"]
-    if rec.data.batch_note:
-        lines += ["", f"Note: {rec.data.batch_note}"]
+    for note in (rec.data.batch_note, rec.data.dispatch_note):
+        if note:
+            lines += ["", f"Note: {note}"]
     lines += dependence_lines(rec)
     if rec.verification is not None:
         lines.append(verification_text(rec.verification))

@@ -253,7 +253,8 @@ def section_placement(data: ReportData) -> str:
             f"transfers between devices included.{mode} Predicted from the profile: check it with "
             f"<code>tbs recommend {_esc(data.profile.directory)} --verify</code>.</p>"
             + (f'<p class="inactive">{_esc(rec.predicted_note)}</p>' if rec.predicted_note else "")
-            + (f'<p class="inactive">{_esc(rec.data.batch_note)}</p>' if rec.data.batch_note else "")
+            + "".join(f'<p class="inactive">{_esc(note)}</p>' for note in (rec.data.batch_note, rec.data.dispatch_note)
+                      if note)
             + f"{_table(pd.DataFrame(totals))}{_table(rows)}"
             + (f"<p>Layers resting on a prediction (solved again with every predicted time at its 90% band's low "
                f"and high end):</p>{_table(pd.DataFrame(rec.prediction_dependence))}"

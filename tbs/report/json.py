@@ -57,6 +57,7 @@ def recommendation_dict(rec: Recommendation) -> dict[str, Any]:
         "inputs": rec.data.as_dict(),
         **({"predicted": rec.predicted_note} if rec.predicted_note else {}),
         **({"batch_note": rec.data.batch_note} if rec.data.batch_note else {}),
+        **({"dispatch_note": rec.data.dispatch_note} if rec.data.dispatch_note else {}),
         **({"prediction_dependence": rec.prediction_dependence} if rec.prediction_dependence else {}),
     }
     if rec.verification is not None:
