@@ -86,6 +86,13 @@ def test_a_device_whose_dispatch_was_never_timed_is_named_not_priced_at_zero_sil
     assert "not priced on gpu:0 (no whole-model call timed there)" in rec.data.dispatch_note
     text = CliRunner().invoke(cli, ["recommend", str(tmp_path / "fake"), "--objective", "time"]).output
     assert "not priced on gpu:0" in text
+    # a predicted device is never cheaper to call than the host that calls it: the host's dispatch, said so
+    predicted = fake_profile(tmp_path / "predicted", transfer_alpha=0.0, backend="jax", dispatch_s={"cpu:0": 0.25})
+    predicted.metadata["predicted_devices"] = ["gpu:0"]
+    rec = recommend(predicted, "time")
+    assert rec.data.dispatch_seconds == {"cpu:0": 0.25, "gpu:0": 0.25}
+    assert "assumed on gpu:0 (predicted): the host cpu:0's, a floor" in rec.data.dispatch_note
+    assert "not priced" not in rec.data.dispatch_note
 
 
 def test_expensive_copies_keep_everything_on_one_device(tmp_path):

@@ -143,14 +143,18 @@ def gather(profile: Profile, batch_size: int | None) -> PlacementData:
             if not memory.fits_alone(l, d):  # its weights and activations alone exceed the device
                 seconds[(l, d)] = INFEASIBLE
                 why_not[(l, d)] = "its weights and activations do not fit in the device's memory"
-    dispatch, call_per_segment, note = _dispatch(profile, batch, devices)
+    dispatch, call_per_segment, note = _dispatch(profile, batch, devices, host, predicted)
     return PlacementData(batch, layers, devices, host, seconds, usd, tensors, fits, profile.mode, memory, why_not,
                          batch_note, dispatch, call_per_segment, note)
 
 
-def _dispatch(profile: Profile, batch: int, devices: list[str]) -> tuple[dict[str, float], bool, str]:
+def _dispatch(profile: Profile, batch: int, devices: list[str], host: str, predicted: set[str]
+              ) -> tuple[dict[str, float], bool, str]:
     """Each device's measured dispatch per program call at ``batch``, whether a split calls one program per run of
-    layers on one device (the profile's backend), and the note saying what is priced and what is not."""
+    layers on one device (the profile's backend), and the note saying what is priced and what is not.
+
+    A predicted device is assumed to dispatch as the host does (its calls start there; a GPU adds its launch and
+    its sync): a floor, so that a device never run looks no cheaper to call than the one that calls it."""
     model = profile.model
     if profile.mode == "training" or model is None or model.empty or "dispatch_overhead_s" not in model:
         return {}, False, ""
@@ -164,6 +168,10 @@ def _dispatch(profile: Profile, batch: int, devices: list[str]) -> tuple[dict[st
              else "one program call for the whole placement")
     measured = ", ".join(f"{d} {format_seconds(v)}" for d, v in sorted(found.items()))
     note = f"each program call's dispatch is included ({calls}; measured per call: {measured})"
+    assumed = sorted(d for d in devices if d in predicted and d not in found and host in found)
+    if assumed:
+        note += f"; assumed on {', '.join(assumed)} (predicted): the host {host}'s, a floor"
+        found.update({d: found[host] for d in assumed})
     missing = [d for d in devices if d not in found]
     if missing:
         note += f"; not priced on {', '.join(missing)} (no whole-model call timed there)"
