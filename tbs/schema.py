@@ -53,6 +53,8 @@ Format history (``FORMAT_VERSION``, written to ``metadata.json`` as ``tbs_profil
   shared with other layers) and ``in_model_note`` (why it differs from ``median_s``); model.csv gains
   ``in_model_s`` (the traced call's span), ``model_share`` (1), ``unowned_s`` (the framework's own time in it)
   and ``traced_calls``. All are derived from ops.csv when a profile is read (tbs.measure.in_context).
+  metadata.json's ``transfers`` gain ``points`` (each timed copy size's median seconds), through which a copy
+  is priced; a fit without them is priced through its raw samples in transfers.csv, else its line.
 """
 
 from __future__ import annotations
@@ -218,10 +220,12 @@ class TrainingRecord(TypedDict, total=False):
 
 
 class TransferFit(TypedDict, total=False):
-    """A copy's cost between two devices: ``alpha_s + beta_s_per_byte * bytes``."""
+    """A copy's cost between two devices: through ``points`` (bytes, median seconds per timed size) where a
+    profile has them, else ``alpha_s + beta_s_per_byte * bytes`` (tbs.measure.transfers)."""
 
     alpha_s: float
     beta_s_per_byte: float
+    points: list[list[float]]
 
 
 class CalibrationRecord(TypedDict, total=False):

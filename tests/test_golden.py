@@ -48,7 +48,8 @@ def golden_profile(tmp_path_factory: pytest.TempPathFactory):
                                                   "gpu:0->cpu:0": {"alpha_s": 1e-5, "beta_s_per_byte": 1e-10}},
                     host_device="cpu:0", host={"hostname": "golden-host"}, devices_missing={"tpu": "no TPU here"})
     metadata["layers"][0]["inactive"] = True  # RandomFlip hands its input back in inference
-    profile = replace(measured, metadata=metadata, directory=Path("profiles/golden"))
+    profile = replace(measured, metadata=metadata, directory=Path("profiles/golden"),
+                      transfers=measured.transfers.iloc[0:0])  # the copies' raw samples, timed on the real clock
     return reprice(profile, {"cpu": 0.5, "gpu": 3.0})
 
 

@@ -124,6 +124,23 @@ def test_transfer_line_fit():
     assert fit.seconds(1e6) == pytest.approx(1e-5 + 2e-4)
 
 
+def test_a_copy_is_priced_through_its_timed_sizes_not_a_line_the_largest_sizes_pull():
+    """Copies between two logical CPUs as timed here: 160 µs up to 256 KB, then bandwidth. The least-squares
+    line puts alpha at 0 (a 4 KB copy at 3 µs); the timed sizes price it at 160 µs."""
+    from tbs.measure.transfers import TransferFit, fit_line
+
+    timed = {4_096: 160e-6, 262_144: 158e-6, 4_194_304: 1.24e-3, 33_554_432: 26.1e-3}
+    fit = fit_line([b for b in timed for _ in range(3)], [s for s in timed.values() for _ in range(3)])
+    assert fit.alpha_s == 0.0 and fit.alpha_s + fit.beta_s_per_byte * 4_096 < 4e-6  # what the line alone says
+    assert fit.seconds(4_096) == pytest.approx(160e-6) and fit.seconds(1_000) == pytest.approx(160e-6)
+    assert fit.seconds(262_144) == pytest.approx(160e-6)  # never below a smaller copy's time
+    assert fit.seconds(4_194_304) == pytest.approx(1.24e-3)
+    slope = (26.1e-3 - 1.24e-3) / (33_554_432 - 4_194_304)
+    assert fit.seconds(67_108_864) == pytest.approx(26.1e-3 + slope * 33_554_432)
+    again = TransferFit.of(fit.as_dict())  # as metadata.json keeps it
+    assert again == fit and TransferFit.of({"alpha_s": 1e-5, "beta_s_per_byte": 1e-9}).seconds(1e6) == 1e-5 + 1e-3
+
+
 def test_inception_sized_graph_three_devices_solves_quickly():
     """~300 layers with Inception-like branching, 3 devices: the integer program stays fast."""
     import time

@@ -95,6 +95,18 @@ def test_a_device_whose_dispatch_was_never_timed_is_named_not_priced_at_zero_sil
     assert "not priced" not in rec.data.dispatch_note
 
 
+def test_a_profile_without_per_size_copy_times_is_priced_through_its_raw_copies(tmp_path):
+    """Profiles written before the timed sizes were kept beside the line: their raw copies are read again."""
+    profile = fake_profile(tmp_path)  # the line: 0.3 s a copy
+    sizes = [1000] * 3 + [10_000_000] * 3
+    profile.transfers = pd.DataFrame([{"src": s, "dst": d, "bytes": b, "sample": i % 3, "seconds": 0.05 if b == 1000
+                                       else 0.5} for s, d in (("cpu:0", "gpu:0"), ("gpu:0", "cpu:0"))
+                                      for i, b in enumerate(sizes)])
+    rec = recommend(profile, objective="time")
+    assert rec.data.fits["cpu:0->gpu:0"].seconds(1000) == pytest.approx(0.05)
+    assert rec.data.transfer_seconds("cpu:0", "gpu:0", 1000) == pytest.approx(0.05)  # the 1 KB activations
+
+
 def test_expensive_copies_keep_everything_on_one_device(tmp_path):
     rec = recommend(fake_profile(tmp_path, transfer_alpha=100.0), objective="time")
     assert set(rec.chosen.placement.values()) == {"cpu:0"}

@@ -18,7 +18,7 @@ import pandas as pd
 from tbs.backends import BACKENDS, backend
 from tbs.cost.reprice import lookup
 from tbs.errors import TbsError
-from tbs.measure.transfers import TransferFit, pair_key
+from tbs.measure.transfers import TransferFit, fit_line, pair_key
 from tbs.place.batch import choose_batch, usable
 from tbs.place.graph import bypass, graph_tensors
 from tbs.place.memory import MemoryLimits, limits_for
@@ -136,7 +136,8 @@ def gather(profile: Profile, batch_size: int | None) -> PlacementData:
     host = profile.meta.host_device or next((d for d in devices if kinds.get(d) == "cpu"), devices[0])
     edges = profile.meta.graph.get(str(batch), [])
     tensors = graph_tensors(bypass(edges, skipped), layers, profile.mode)
-    fits = {k: TransferFit(v["alpha_s"], v["beta_s_per_byte"]) for k, v in profile.meta.transfers.items()}
+    fits = {k: TransferFit.of(v) for k, v in profile.meta.transfers.items()}
+    fits.update(_timed_fits(profile, fits))
     memory = limits_for(profile, rows, batch)
     for l in layers:
         for d in devices:
@@ -146,6 +147,16 @@ def gather(profile: Profile, batch_size: int | None) -> PlacementData:
     dispatch, call_per_segment, note = _dispatch(profile, batch, devices, host, predicted)
     return PlacementData(batch, layers, devices, host, seconds, usd, tensors, fits, profile.mode, memory, why_not,
                          batch_note, dispatch, call_per_segment, note)
+
+
+def _timed_fits(profile: Profile, fits: dict[str, TransferFit]) -> dict[str, TransferFit]:
+    """The pairs whose fit has no per-size points (written before they were kept) read again from the raw copies
+    the profile kept, so their copies are priced through the timed sizes, not through the line."""
+    copies = profile.transfers
+    if copies is None or copies.empty:
+        return {}
+    return {key: fit_line(list(g["bytes"]), list(g["seconds"])) for (src, dst), g in copies.groupby(["src", "dst"])
+            if (key := pair_key(str(src), str(dst))) in fits and not fits[key].points}
 
 
 def _dispatch(profile: Profile, batch: int, devices: list[str], host: str, predicted: set[str]
