@@ -6,9 +6,10 @@ its looped call, measured with the profile). On TensorFlow the whole split is on
 example models on JAX over two logical CPUs (``TBS_LOGICAL_CPUS=2``), then runs for real: the recommended
 placement, each single device, and a placement that alternates devices layer by layer (a call per layer), and
 prints each one's prediction without dispatch (the layers and copies alone), with it (what tbs prints now), and
-the measured replay.
+the measured replay. A copy is priced at its timed time beyond the smallest timed copy's (tbs.measure.transfers:
+every timed copy is waited for, ~160 µs on these logical CPUs, a wait a pass pays once, in its dispatch).
 
-    TBS_LOGICAL_CPUS=2 python benchmarks/verify_dispatch.py --out benchmarks/verify_dispatch.md   # ~3 min
+    TBS_LOGICAL_CPUS=2 python benchmarks/verify_dispatch.py --runs 3 --out benchmarks/verify_dispatch.md   # ~6 min
 """
 
 from __future__ import annotations
@@ -52,8 +53,10 @@ def rows_for(name: str, batch: int, directory: Path) -> list[dict[str, object]]:
             placement = result.placement
             calls = len(run.data.program_starts(placement))
             without = evaluate(quiet, result.name, placement, rec.billing).seconds_per_batch
+            layers = sum(rec.data.seconds[(layer, device)] for layer, device in placement.items())
             measured = result.measured.median_s
             out.append({"model": name, "batch": batch, "placement": label, "program calls": calls,
+                        "layers µs": round(layers * 1e6, 1), "copies µs": round((without - layers) * 1e6, 1),
                         "without dispatch µs": round(without * 1e6, 1),
                         "with dispatch µs": round(result.predicted_seconds_per_batch * 1e6, 1),
                         "measured µs": round(measured * 1e6, 1),
@@ -67,26 +70,32 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the Markdown table here")
     parser.add_argument("--models", default=",".join(m for m, _ in MODELS), help="comma-separated example models")
+    parser.add_argument("--runs", type=int, default=1, help="profile and verify everything this many times (the "
+                                                            "tiny models' replays vary from run to run)")
     args = parser.parse_args()
     if int(os.environ.get("TBS_LOGICAL_CPUS", "1")) < 2:
         raise SystemExit("run with TBS_LOGICAL_CPUS=2: the placements split the model over cpu:0 and cpu:1")
     wanted = args.models.split(",")
     backends.choose("jax")  # before the example models import Keras: JAX with TBS_LOGICAL_CPUS devices
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, batch in MODELS:
-            if name in wanted:
-                rows += rows_for(name, batch, Path(tmp))
+    for run in range(1, args.runs + 1):
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, batch in MODELS:
+                if name in wanted:
+                    rows += [dict(run=run, **row) for row in rows_for(name, batch, Path(tmp))]
     frame = pd.DataFrame(rows)
     error = {key: np.expm1(np.abs(np.log(frame[f"{key} / measured"].astype(float)))) for key in ("without", "with")}
+    per_run = "; ".join(f"run {run}: {error['without'][group.index].median():.0%} and "
+                        f"{error['with'][group.index].median():.0%}, p90 {error['without'][group.index].quantile(0.9):.0%}"
+                        f" and {error['with'][group.index].quantile(0.9):.0%}" for run, group in frame.groupby("run"))
     text = ("# `--verify`: predicted with and without each program call's dispatch, against the measured replay\n\n"
-            "`TBS_LOGICAL_CPUS=2 python benchmarks/verify_dispatch.py --out benchmarks/verify_dispatch.md`: JAX, two "
+            f"`TBS_LOGICAL_CPUS=2 python benchmarks/verify_dispatch.py --runs {args.runs} --out benchmarks/verify_dispatch.md`: JAX, two "
             "logical CPUs of this machine, batch per row, times per batch. A split runs one compiled program per run "
             "of consecutive layers on one device; each call pays the dispatch measured with the profile.\n\n"
             + markdown(frame)
             + f"\nMedian error (|log(predicted / measured)| as a factor - 1): {error['without'].median():.0%} "
             f"without dispatch, {error['with'].median():.0%} with it; p90 {error['without'].quantile(0.9):.0%} and "
-            f"{error['with'].quantile(0.9):.0%} ({len(frame)} placements).\n")
+            f"{error['with'].quantile(0.9):.0%} ({len(frame)} placements; {per_run}).\n")
     print(text)
     if args.out:
         args.out.write_text(text, encoding="utf-8")

@@ -54,7 +54,8 @@ Format history (``FORMAT_VERSION``, written to ``metadata.json`` as ``tbs_profil
   ``in_model_s`` (the traced call's span), ``model_share`` (1), ``unowned_s`` (the framework's own time in it)
   and ``traced_calls``. All are derived from ops.csv when a profile is read (tbs.measure.in_context).
   metadata.json's ``transfers`` gain ``points`` (each timed copy size's median seconds), through which a copy
-  is priced; a fit without them is priced through its raw samples in transfers.csv, else its line.
+  is priced (beyond the smallest timed copy's time); a fit without them is priced through its raw samples in
+  transfers.csv, else its line.
 """
 
 from __future__ import annotations

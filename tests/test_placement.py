@@ -121,22 +121,24 @@ def test_transfer_line_fit():
     seconds[1] *= 5  # one outlier at a size does not move the median
     fit = fit_line(sizes, seconds)
     assert fit.alpha_s == pytest.approx(1e-5, rel=1e-3) and fit.beta_s_per_byte == pytest.approx(2e-10, rel=1e-3)
-    assert fit.seconds(1e6) == pytest.approx(1e-5 + 2e-4)
+    assert fit.seconds(1e6) == pytest.approx(2e-4 - 2e-10 * 1e3)  # beyond the smallest timed copy
 
 
-def test_a_copy_is_priced_through_its_timed_sizes_not_a_line_the_largest_sizes_pull():
-    """Copies between two logical CPUs as timed here: 160 µs up to 256 KB, then bandwidth. The least-squares
-    line puts alpha at 0 (a 4 KB copy at 3 µs); the timed sizes price it at 160 µs."""
+def test_a_copy_is_priced_through_its_timed_sizes_beyond_the_wait_every_timed_copy_includes():
+    """An H200's copies to its host as timed: ~60 µs up to 4 MB (each waited for), 26 ms at 32 MB. Least
+    squares follows the largest size and prices 4 MB at 3.4 ms; the timed sizes price it at what it adds to
+    the smallest copy (whose wait a placed pass pays once, in its dispatch)."""
     from tbs.measure.transfers import TransferFit, fit_line
 
-    timed = {4_096: 160e-6, 262_144: 158e-6, 4_194_304: 1.24e-3, 33_554_432: 26.1e-3}
+    timed = {4_096: 65e-6, 262_144: 50e-6, 4_194_304: 53e-6, 33_554_432: 26.1e-3}
     fit = fit_line([b for b in timed for _ in range(3)], [s for s in timed.values() for _ in range(3)])
-    assert fit.alpha_s == 0.0 and fit.alpha_s + fit.beta_s_per_byte * 4_096 < 4e-6  # what the line alone says
-    assert fit.seconds(4_096) == pytest.approx(160e-6) and fit.seconds(1_000) == pytest.approx(160e-6)
-    assert fit.seconds(262_144) == pytest.approx(160e-6)  # never below a smaller copy's time
-    assert fit.seconds(4_194_304) == pytest.approx(1.24e-3)
-    slope = (26.1e-3 - 1.24e-3) / (33_554_432 - 4_194_304)
-    assert fit.seconds(67_108_864) == pytest.approx(26.1e-3 + slope * 33_554_432)
+    assert fit.alpha_s + fit.beta_s_per_byte * 4_194_304 > 3e-3  # what the line alone says
+    assert fit.seconds(1_000) == 0.0 and fit.seconds(4_096) == 0.0
+    assert fit.seconds(4_194_304) == pytest.approx(0.0)  # a larger copy never costs less than a smaller one
+    assert fit.seconds(33_554_432) == pytest.approx(26.1e-3 - 65e-6)
+    assert fit.seconds(18_874_368) == pytest.approx((26.1e-3 - 65e-6) / 2)  # halfway between the last two sizes
+    slope = (26.1e-3 - 65e-6) / (33_554_432 - 4_194_304)
+    assert fit.seconds(67_108_864) == pytest.approx(26.1e-3 - 65e-6 + slope * 33_554_432)
     again = TransferFit.of(fit.as_dict())  # as metadata.json keeps it
     assert again == fit and TransferFit.of({"alpha_s": 1e-5, "beta_s_per_byte": 1e-9}).seconds(1e6) == 1e-5 + 1e-3
 

@@ -103,8 +103,12 @@ def test_a_profile_without_per_size_copy_times_is_priced_through_its_raw_copies(
                                        else 0.5} for s, d in (("cpu:0", "gpu:0"), ("gpu:0", "cpu:0"))
                                       for i, b in enumerate(sizes)])
     rec = recommend(profile, objective="time")
-    assert rec.data.fits["cpu:0->gpu:0"].seconds(1000) == pytest.approx(0.05)
-    assert rec.data.transfer_seconds("cpu:0", "gpu:0", 1000) == pytest.approx(0.05)  # the 1 KB activations
+    assert rec.data.fits["cpu:0->gpu:0"].points == ((1000.0, 0.05), (10_000_000.0, 0.5))
+    assert rec.data.transfer_seconds("cpu:0", "gpu:0", 1000) == pytest.approx(0.0)  # the 1 KB activations
+    assert rec.data.transfer_seconds("cpu:0", "gpu:0", 10_000_000) == pytest.approx(0.45)
+    # the line's 0.3 s a copy moved the layers once each way; copies of 1 KB that add nothing to the smallest
+    # timed one let each layer go where it runs fastest
+    assert rec.chosen.placement == {"pre": "cpu:0", "conv": "gpu:0", "pool": "cpu:0", "dense": "gpu:0"}
 
 
 def test_expensive_copies_keep_everything_on_one_device(tmp_path):

@@ -1,14 +1,17 @@
 """Host<->device and device<->device copy cost per ordered pair: each timed size's median, and a line.
 
-Placement needs what moving an activation costs. Copies of several sizes are
-timed (after a warm-up, with the destination synchronised); the raw samples are kept.
-A copy's cost is read through the per-size medians (``points``): linear between two
-timed sizes, the smallest's below it (a copy's fixed cost), the last two sizes' slope
-above the largest. A line alpha + beta * bytes fitted to them is kept beside them, but
-copies are not linear: least squares follows the largest sizes, and read a 4 KB copy
-between two logical CPUs (160 µs timed) as 3 µs, and an H200's 4 MB copy to its host
-(53 µs timed) as 3.4 ms. Profiles written before the points were kept price through the line
-unless their raw samples are there (``fit_line`` reads them again).
+Placement needs what moving an activation costs inside a placed pass. Copies of several
+sizes are timed (after a warm-up, each waited for); the raw samples are kept, and each
+size's median (``points``). A timed copy includes the wait for it, which a pass pays
+once (in its program call's dispatch, tbs.place), not per copy: on two logical CPUs a
+4 KB copy timed at 160 µs, and a two-layer model replayed on the second CPU (its input
+copied there and its output back) measured what it does on the first. So a copy costs
+its timed time beyond the smallest timed copy's: linear between two timed sizes, nothing
+below the smallest, the last two sizes' slope above the largest. A line alpha + beta *
+bytes is fitted beside them, but copies are not linear and least squares follows the
+largest sizes: it priced an H200's 4 MB copy to its host (53 µs timed) at 3.4 ms. A
+profile written before the points were kept prices through its raw samples where it kept
+them (``fit_line`` reads them again), else through its line.
 """
 
 from __future__ import annotations
@@ -32,13 +35,15 @@ class TransferFit:
     points: tuple[tuple[float, float], ...] = ()  # (bytes, median seconds) per timed size, never decreasing
 
     def seconds(self, nbytes: float) -> float:
+        """A copy of ``nbytes`` inside a placed pass: its timed time beyond the smallest timed copy's (the wait
+        every timed copy includes); through the line where there are no points."""
         if not self.points:
             return self.alpha_s + self.beta_s_per_byte * nbytes
         sizes, times = zip(*self.points)
         if nbytes <= sizes[-1] or len(sizes) == 1:
-            return float(np.interp(nbytes, sizes, times))
+            return float(np.interp(nbytes, sizes, times)) - times[0]
         slope = (times[-1] - times[-2]) / (sizes[-1] - sizes[-2])
-        return times[-1] + slope * (nbytes - sizes[-1])
+        return times[-1] + slope * (nbytes - sizes[-1]) - times[0]
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"alpha_s": self.alpha_s, "beta_s_per_byte": self.beta_s_per_byte}
