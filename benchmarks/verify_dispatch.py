@@ -85,11 +85,14 @@ def main() -> None:
                     rows += [dict(run=run, **row) for row in rows_for(name, batch, Path(tmp))]
     frame = pd.DataFrame(rows)
     error = {key: np.expm1(np.abs(np.log(frame[f"{key} / measured"].astype(float)))) for key in ("without", "with")}
-    per_run = "; ".join(f"run {run}: {error['without'][group.index].median():.0%} and "
-                        f"{error['with'][group.index].median():.0%}, p90 {error['without'][group.index].quantile(0.9):.0%}"
-                        f" and {error['with'][group.index].quantile(0.9):.0%}" for run, group in frame.groupby("run"))
+    per_run = "; ".join(
+        f"run {run}: {error['without'][g.index].median():.0%} and {error['with'][g.index].median():.0%}, p90 "
+        f"{error['without'][g.index].quantile(0.9):.0%} and {error['with'][g.index].quantile(0.9):.0%}"
+        for run, g in frame.groupby("run"))
+    command = (f"TBS_LOGICAL_CPUS=2 python benchmarks/verify_dispatch.py --runs {args.runs} "
+               "--out benchmarks/verify_dispatch.md")
     text = ("# `--verify`: predicted with and without each program call's dispatch, against the measured replay\n\n"
-            f"`TBS_LOGICAL_CPUS=2 python benchmarks/verify_dispatch.py --runs {args.runs} --out benchmarks/verify_dispatch.md`: JAX, two "
+            f"`{command}`: JAX, two "
             "logical CPUs of this machine, batch per row, times per batch. A split runs one compiled program per run "
             "of consecutive layers on one device; each call pays the dispatch measured with the profile.\n\n"
             + markdown(frame)

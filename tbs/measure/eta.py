@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-from tbs.measure.timing import TimingConfig
+from tbs.measure.timing import TimingConfig, single_calls_timed
 from tbs.schema import MODEL_LAYER, CellKey
 
 TRACE_ESTIMATE_S = 0.15  # tracing + Grappler for one small tf.function on this class of machine
@@ -68,7 +68,8 @@ class WorkEstimate:
         blocks = (samples or self.config.min_samples) * HARNESS_SHARE + CALIBRATION_BLOCKS
         # A model's single calls are timed apart only where a sample holds several calls.
         several = call_seconds < self.config.min_block_seconds
-        extra = self.single_calls * call_seconds if target == "model" and several else 0.0
+        single = single_calls_timed(self.single_calls, call_seconds)
+        extra = single * call_seconds if target == "model" and several else 0.0
         return TRACE_ESTIMATE_S + blocks * max(self.config.min_block_seconds, call_seconds) + extra
 
     def seed(self, calls: Sequence[Any], first_batch: int, batch_sizes: Iterable[int], devices: Iterable[str],
