@@ -178,7 +178,7 @@ def _dispatch(profile: Profile, batch: int, devices: list[str], host: str, predi
     calls = ("one program call per run of consecutive layers on one device" if per_segment
              else "one program call for the whole placement")
     measured = ", ".join(f"{d} {format_seconds(v)}" for d, v in sorted(found.items()))
-    note = f"each program call's dispatch is included ({calls}; measured per call: {measured})"
+    note = f"Each program call's dispatch is included ({calls}; measured per call: {measured})"
     assumed = sorted(d for d in devices if d in predicted and d not in found and host in found)
     if assumed:
         note += f"; assumed on {', '.join(assumed)} (predicted): the host {host}'s, a floor"
