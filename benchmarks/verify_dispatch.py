@@ -7,7 +7,8 @@ example models on JAX over two logical CPUs (``TBS_LOGICAL_CPUS=2``), then runs 
 placement, each single device, and a placement that alternates devices layer by layer (a call per layer), and
 prints each one's prediction without dispatch (the layers and copies alone), with it (what tbs prints now), and
 the measured replay. A copy is priced at its timed time beyond the smallest timed copy's (tbs.measure.transfers:
-every timed copy is waited for, ~160 µs on these logical CPUs, a wait a pass pays once, in its dispatch).
+every timed copy is waited for, ~160 µs on these logical CPUs, a wait a pass pays once, in its dispatch; a small
+copy's own cost in a pass, ~60-80 µs here, is left out).
 
     TBS_LOGICAL_CPUS=2 python benchmarks/verify_dispatch.py --runs 3 --out benchmarks/verify_dispatch.md   # ~6 min
 """

@@ -55,6 +55,11 @@ pure = pure_call(lambda t: drop(t, training=True), [], list(drop.variables), lam
 state = [v.value for v in drop.variables]
 _, new_state = pure([], state, np.ones((8, 8), "float32"))
 out["seed_advances"] = bool(np.any(np.asarray(new_state[0]) != np.asarray(state[0])))
+first, second = backends.discover("jax").devices[:2]  # a split's replay puts every program's inputs on its device
+here = first.put(np.ones(3, "float32"))
+moved = second.put(here)
+out["put"] = [first.put(here) is here, moved is not here, moved.devices() == {second.jax_device},
+              second.put(moved) is moved]
 import tbs  # the profile and its split-step verification, in the same process (one JAX start-up)
 timing = tbs.TimingConfig(min_samples=3, cell_budget_seconds=0.05, min_block_seconds=0.001, min_span_seconds=0.0)
 p = tbs.profile(job["branchy"], [4], devices=["cpu:0"], training=True, timing=timing, progress=None, report=False,

@@ -163,6 +163,12 @@ def test_jax_backward_scales_with_its_work_and_is_never_hoisted(jax_training: tu
     assert out["relu"] and out["seed_advances"] and out["later_call"] == [True, True, 0, 0]
 
 
+def test_a_jax_array_already_on_its_device_is_put_there_as_it_is(jax_training: tuple[dict, Path]) -> None:
+    """``device_put`` of an array already on the device took 64 µs here, on every input of every program call of a
+    split's replay (a two-layer model's pass: 142-163 µs with it, 42-47 without); an array elsewhere is copied."""
+    assert jax_training[0]["put"] == [True, True, True, True]
+
+
 def test_a_training_profile_on_jax_is_verified_as_a_split_train_step(jax_training: tuple[dict, Path]) -> None:
     out, directory = jax_training
     p = tbs.load(directory)

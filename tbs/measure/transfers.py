@@ -3,15 +3,17 @@
 Placement needs what moving an activation costs inside a placed pass. Copies of several
 sizes are timed (after a warm-up, each waited for); the raw samples are kept, and each
 size's median (``points``). A timed copy includes the wait for it, which a pass pays
-once (in its program call's dispatch, tbs.place), not per copy: on two logical CPUs a
-4 KB copy timed at 160 µs, and a two-layer model replayed on the second CPU (its input
-copied there and its output back) measured what it does on the first. So a copy costs
-its timed time beyond the smallest timed copy's: linear between two timed sizes, nothing
-below the smallest, the last two sizes' slope above the largest. A line alpha + beta *
-bytes is fitted beside them, but copies are not linear and least squares follows the
-largest sizes: it priced an H200's 4 MB copy to its host (53 µs timed) at 3.4 ms. A
-profile written before the points were kept prices through its raw samples where it kept
-them (``fit_line`` reads them again), else through its line.
+once (in its program call's dispatch, tbs.place), not per copy (on two logical CPUs a
+4 KB copy timed at 160 µs). So a copy costs its timed time beyond the smallest timed
+copy's: linear between two timed sizes, nothing below the smallest, the last two sizes'
+slope above the largest. That leaves out a small copy's own cost in a pass: a two-layer
+model replayed on the second logical CPU (its input copied there, its output back) took
+110-160 µs more than on the first, ~60-80 µs a copy, priced at 0 here (to measure: the
+smallest copy issued back to back, waited for once). A line alpha + beta * bytes is
+fitted beside the points, but copies are not linear and least squares follows the largest
+sizes: it priced an H200's 4 MB copy to its host (53 µs timed) at 3.4 ms. A profile
+written before the points were kept prices through its raw samples where it kept them
+(``fit_line`` reads them again), else through its line.
 """
 
 from __future__ import annotations
