@@ -195,7 +195,7 @@ def test_copies_never_timed_and_nan_costs_are_forbidden_in_every_solver(seed):
 def test_a_placement_no_timed_copy_allows_is_one_line_naming_the_layer():
     """b runs only on t4, a (which feeds it) only on a100, and a100 -> t4 was never timed: every solver finds
     nothing, and blocked_layer names the layer and why."""
-    from tbs.place.solvers import blocked_layer
+    from tbs.place.blocked import blocked_layer
 
     devices = ["cpu", "a100", "t4"]
     node = {("a", "cpu"): INFEASIBLE, ("a", "a100"): 1.0, ("a", "t4"): INFEASIBLE,

@@ -26,7 +26,8 @@ from tbs.cost.reprice import usd_per_batch
 from tbs.errors import TbsError
 from tbs.place.data import PlacementData, check_placeable, gather
 from tbs.place.result import Evaluation, Recommendation
-from tbs.place.solvers import INFEASIBLE, Problem, Solution, blocked_layer, solve, solve_milp
+from tbs.place.blocked import blocked_layer
+from tbs.place.solvers import INFEASIBLE, Problem, Solution, solve, solve_milp
 from tbs.profiles.profile import Profile
 
 

@@ -22,7 +22,6 @@ scalar (``block_until_ready``), never copying activations to the host.
 from __future__ import annotations
 
 import functools
-
 from contextlib import AbstractContextManager
 from typing import Any, Callable, Sequence
 
