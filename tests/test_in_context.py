@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from conftest import FAST
 from keras_models import _pickle, fusion_model, keras
 from tbs.cli import cli
-from tbs.measure.in_context import CALL, OP, attribute, explain, layer_of, op_rows
+from tbs.measure.in_context import CALL, OP, SLOW_CALL, attribute, explain, layer_of, op_rows
 
 BASE = {"device": "cpu:0", "batch_size": 4, "mode": "inference"}
 
@@ -149,7 +149,11 @@ def test_a_profile_keeps_its_traced_ops_and_its_layers_in_model_times(profiled):
     model = profile.model.iloc[0]
     total = summary["in_model_s"].sum() + model["unowned_s"]
     assert total == pytest.approx(model["in_model_s"], rel=1e-6)
-    assert model["traced_calls"] == 3 and model["model_share"] == 1.0
+    # A call disturbed by the shared machine (over SLOW_CALL times the median span) is left out of the mean:
+    # the count kept is what the spans say, never fewer than two of three (the median's and the one below it).
+    spans = calls["duration_s"].astype(float)
+    kept = int((spans <= SLOW_CALL * spans.median()).sum())
+    assert kept >= 2 and model["traced_calls"] == kept and model["model_share"] == 1.0
     assert profile.meta.in_context["cpu:0@4"]["calls"] == 3
     text = profiled["runner"].invoke(cli, ["report", str(profiled["traced"])]).output
     assert "in model" in text and "the framework's own" in text
