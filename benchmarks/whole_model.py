@@ -159,6 +159,47 @@ def summary(scored: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+WITHIN = np.log(1.25)  # the target's median error, as a |log error|
+
+
+def _held_by_one_value(latencies: np.ndarray) -> int:
+    """The most of one configuration's published latencies that a single predicted value holds within 25%."""
+    logs = np.sort(np.log(latencies))
+    return max(int(np.searchsorted(logs, x + 2 * WITHIN, side="right")) - i for i, x in enumerate(logs))
+
+
+def agreement(table: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU, how far NVIDIA's own tables agree where they publish one configuration (model, precision, tokens,
+    batch) more than once: the spread between them, the median error of one value per configuration at the
+    geometric mean of its rows (the best a prediction that does not know the table can do, row for row), and the
+    share of rows that no single value per configuration holds within 25%."""
+    key = ["model", "precision", "sequence_length", "batch_size"]
+    rows = []
+    for device, group in table.groupby("device"):
+        configs = group.groupby(key, dropna=False)["latency_s"]
+        spread = configs.agg(lambda x: x.max() / x.min())[configs.size() > 1]
+        middle = np.exp(configs.transform(lambda x: np.log(x).mean()))
+        outside = sum(len(x) - _held_by_one_value(x.to_numpy(float)) for _, x in configs)
+        rows.append({"device": device, "rows": len(group), "configurations published more than once": len(spread),
+                     "their slow / fast (median)": f"{spread.median():.2f}" if len(spread) else "",
+                     "largest": f"{spread.max():.2f}" if len(spread) else "",
+                     "one value per configuration at the geometric mean: median error":
+                         f"{np.expm1(np.median(np.abs(np.log(group['latency_s'] / middle)))):.0%}",
+                     "rows no single value holds within 25%": f"{outside / len(group):.0%}"})
+    return pd.DataFrame(rows)
+
+
+def agreement_section(table: pd.DataFrame, scored: pd.DataFrame) -> str:
+    """What the published tables allow (the floor under any one-number-per-configuration prediction), and the
+    shipped prediction per table where a GPU's tables disagree."""
+    fitted = scored[~scored["classifier"]]
+    return ("## What the published tables allow\n\nWhere NVIDIA publishes one configuration in more than one table "
+            "(TensorFlow 1 and 2 containers), the tables disagree; no prediction that gives one number per "
+            "configuration can be closer to both than they are to each other. Non-classifier rows:\n\n"
+            f"{markdown(agreement(table[~table['classifier']]))}\nThe shipped prediction (first section) per table "
+            f"on the T4:\n\n{markdown(summary(fitted[fitted['device'] == 't4'], ['framework', 'precision']))}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(HERE / "whole_model.md"))
@@ -197,6 +238,8 @@ def main() -> None:
                      f"{markdown(summary(scored[scored['classifier']], ['device']))}\nPer GPU and precision:\n\n"
                      f"{markdown(summary(scored[scored['classifier']], ['model', 'device', 'precision']))}\n")
         scored.to_csv(HERE / "rows" / f"whole_model{'' if fold else '-cpu-fusions'}.csv", index=False)
+        if fold:
+            shipped = scored
     text = (f"# Whole-model GPU predictions against published latencies\n\n`python benchmarks/whole_model.py`: "
             f"{len(table)} rows of {TABLE.name} (batch <= {MAX_BATCH}; NVIDIA DeepLearningExamples, each row's licence "
             f"in its `license` column). The shipped prediction folds the epilogues (the first section); the "
@@ -206,7 +249,8 @@ def main() -> None:
             f"that model, and a 95% band from the other models' held-out residuals (a 90% band from the same residuals is "
             f"scored beside it: it holds 90% of all rows but under 85% on two GPUs)."
             + (f" Not scored (their programs were not compiled here: {', '.join(f'{m} {p}' for m, p in left_out.index)}, "
-               f"{int(left_out.sum())} rows)." if len(left_out) else "") + "\n\n" + "\n".join(sections))
+               f"{int(left_out.sum())} rows)." if len(left_out) else "") + "\n\n" + "\n".join(sections)
+            + "\n" + agreement_section(table, shipped))
     Path(args.out).write_text(text)
     print(text)
 

@@ -269,9 +269,9 @@ def test_the_published_whole_model_rows_name_their_source_precision_and_licence_
 def test_the_shipped_whole_model_band_is_the_benchmarks_and_meets_the_target_on_every_gpu_but_the_t4():
     """WHOLE_BAND is the 2.5th-97.5th percentile of the held-out residuals benchmarks/whole_model.py wrote; on
     those rows every GPU but the T4 meets issue 30's target (median error <= 25%, >= 85% inside the 95% band),
-    where a 90% band from the same residuals does not. The T4 misses it narrowly (28%, 84%) since half-precision
-    programs are read as a GPU runs them: its FP32 rows read 1.3-1.4x slow, and NVIDIA's TF1 and TF2 T4 tables
-    disagree by up to 1.9x."""
+    where a 90% band from the same residuals does not. The T4 misses it (28%, 84%) because NVIDIA's TF1 and TF2
+    tables of the same T4 configurations disagree by 1.7x at the median (one value per configuration at their
+    geometric mean would have a 31% median error): against its TF1 table alone the T4 meets the target."""
     import numpy as np
     from pathlib import Path
 
@@ -284,6 +284,11 @@ def test_the_shipped_whole_model_band_is_the_benchmarks_and_meets_the_target_on_
     others = covered.index != "t4"
     assert (covered[others] >= 0.85).all() and (median[others] <= 0.25).all()
     assert covered["t4"] >= 0.8 and median["t4"] <= 0.3
+    t4 = fitted[fitted["device"] == "t4"]
+    tf1 = t4[t4["framework"].str.contains("TF1")]
+    assert len(tf1) == 32 and tf1["covered"].all() and np.median(np.abs(tf1["log_error"])) <= np.log(1.25)
+    published = t4.groupby(["model", "precision", "sequence_length", "batch_size"])["latency_s"]
+    assert (published.size() == 2).all() and np.median(published.max() / published.min()) > 1.6
     assert (per_gpu["covered_90"].mean() < 0.85).any()
     assert fitted["covered"].mean() == pytest.approx(0.95, abs=0.02)  # calibrated over all rows
     assert band_percent(["GPU model of the fused whole-model program: 3 GEMMs; 95% band"]) == "95%"

@@ -52,9 +52,9 @@ SUSTAINED_CLOCK = 0.0
 # The whole model's band, as multipliers of the prediction: the 2.5th and 97.5th percentiles of
 # log(published / predicted) over the same rows, each model's residuals taken from constants fitted without it
 # (benchmarks/whole_model.md). A 95% band, not the 90% of a layer's: published whole-model latencies of one model
-# on one GPU differ between NVIDIA's own tables by up to 1.9x (a T4's clock, a framework release), so a 90% band
-# from the pooled residuals holds under 85% on the T4 and the A100 80GB; the 95% band holds 94% of all rows and
-# at least 84% on every GPU with data (the T4).
+# on one GPU differ between NVIDIA's own tables by up to 2.1x (the T4's TensorFlow 1 and 2 tables, 1.7x at the
+# median), so a 90% band from the pooled residuals holds under 85% on the T4 and the A100 80GB; the 95% band holds
+# 94% of all rows and at least 84% on every GPU with data (the T4).
 WHOLE_BAND = (0.56, 1.51)
 BAND_PERCENT = 95
 LAYER_BAND_PERCENT = round(TARGET_COVERAGE * 100)  # every other prediction's band
