@@ -190,8 +190,8 @@ def agreement(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def agreement_section(table: pd.DataFrame, scored: pd.DataFrame) -> str:
-    """What the published tables allow (the floor under any one-number-per-configuration prediction), and the
-    shipped prediction per table where a GPU's tables disagree."""
+    """What the published tables allow (how close a prediction of one number per configuration can come to them),
+    and the shipped prediction per table where a GPU's tables disagree."""
     fitted = scored[~scored["classifier"]]
     return ("## What the published tables allow\n\nWhere NVIDIA publishes one configuration in more than one table "
             "(TensorFlow 1 and 2 containers), the tables disagree; no prediction that gives one number per "

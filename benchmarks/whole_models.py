@@ -337,7 +337,7 @@ def aligned(one: list[dict], two: list[dict], batch: int) -> list[dict]:
     update of every variable; the unnamed layout passes), and the two programs order them differently: matched
     by position, a train step's update kernels paired different variables (extrapolated as if they grew with
     the batch) or fell out of the match (scaled with it), and BERT-large's AdamW update read 52.8 GB at batch
-    24 where every compiled batch has 13.9. So the other memory passes are matched within each op, smallest with
+    24 where every compiled batch has 13.1-13.9. So the other memory passes are matched within each op, smallest with
     smallest, where both programs have as many of them, else grown together (``_grown_together``); convolutions
     and GEMMs in order (difflib). Matched kernels are extrapolated, a kernel only the batch-2 program has is
     scaled with the batch, one only batch 1 has dropped."""
