@@ -26,22 +26,30 @@ CACHE = Path(os.environ.get("TBS_WHOLE_CACHE", "/tmp/tbs_whole_kernels"))
 TRAIN_CACHE = Path(os.environ.get("TBS_WHOLE_TRAIN_CACHE", "/tmp/tbs_whole_train_kernels"))
 BERT = {"bert_base": (12, 768), "bert_large": (24, 1024)}
 VOCABULARY = 30522
+# BERT's dropout (bert_config.json: hidden_dropout_prob and attention_probs_dropout_prob), which SQuAD fine-tuning
+# trains with: in a train step it is memory passes (and random bits) a GPU pays; inference is built without it.
+DROPOUT = 0.1
 
 
-def bert(layers: int, hidden: int, sequence: int):
-    """BERT's encoder and a SQuAD head: token and position embeddings, ``layers`` post-norm transformer blocks."""
+def bert(layers: int, hidden: int, sequence: int, dropout: float = 0.0):
+    """BERT's encoder and a SQuAD head: token and position embeddings, ``layers`` post-norm transformer blocks
+    (with ``dropout``, as fine-tuning trains it: Keras's attention then writes its probabilities out to drop them,
+    where without it the attention runs as one fused computation, as an inference graph does)."""
     import keras
 
     ids = keras.Input((sequence,), dtype="int32", name="input_ids")
     x = keras.layers.Embedding(VOCABULARY, hidden, name="word_embeddings")(ids)
     x = PositionEmbedding(name="position_embeddings")(x)
     x = keras.layers.LayerNormalization(epsilon=1e-12, name="embeddings_norm")(x)
+    x = keras.layers.Dropout(dropout, name="embeddings_dropout")(x)
     for index in range(layers):
-        attended = keras.layers.MultiHeadAttention(hidden // 64, 64, name=f"attention_{index}")(x, x)
+        attended = keras.layers.MultiHeadAttention(hidden // 64, 64, dropout=dropout, name=f"attention_{index}")(x, x)
+        attended = keras.layers.Dropout(dropout, name=f"attention_dropout_{index}")(attended)
         x = keras.layers.LayerNormalization(epsilon=1e-12, name=f"attention_norm_{index}")(
             keras.layers.Add(name=f"attention_add_{index}")([x, attended]))
         inner = keras.layers.Dense(4 * hidden, activation="gelu", name=f"intermediate_{index}")(x)
-        out = keras.layers.Dense(hidden, name=f"output_{index}")(inner)
+        out = keras.layers.Dropout(dropout, name=f"output_dropout_{index}")(
+            keras.layers.Dense(hidden, name=f"output_{index}")(inner))
         x = keras.layers.LayerNormalization(epsilon=1e-12, name=f"output_norm_{index}")(
             keras.layers.Add(name=f"output_add_{index}")([x, out]))
     logits = keras.layers.Dense(2, name="squad_logits")(x)
@@ -102,10 +110,11 @@ def resnet50():
     return keras.applications.ResNet50(weights=None)
 
 
-def build(model: str, sequence: int | None):
-    """The Keras model of a whole_models.csv ``model`` (a BERT at ``sequence`` tokens)."""
+def build(model: str, sequence: int | None, training: bool = False):
+    """The Keras model of a whole_models.csv ``model`` (a BERT at ``sequence`` tokens, with its fine-tuning
+    dropout where it is built to be ``training``)."""
     if model in BERT:
-        return bert(*BERT[model], sequence)
+        return bert(*BERT[model], sequence, DROPOUT if training else 0.0)
     return {"unet_medical": unet_medical, "resnet50": resnet50}[model]()
 
 
@@ -391,7 +400,7 @@ def compiled_train_kernels(model: str, sequence: int | None, batch: int, half: b
 
     keras.mixed_precision.set_global_policy("mixed_float16" if half else "float32")
     try:
-        network = build(model, sequence)
+        network = build(model, sequence, training=True)
         inputs, targets, loss = train_data(model, network, batch)
         runner = train_step(SimpleNamespace(tf_name="/CPU:0", kind="cpu"), network, inputs, lambda flat: flat[0],
                             targets, loss, lambda: optimizer_of(model, loss_scale), xla=True)
