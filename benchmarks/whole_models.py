@@ -283,8 +283,11 @@ def train_data(model: str, network, batch: int) -> tuple[list, list, object]:
 
 
 def train_path(model: str, sequence: int | None, batch: int, half: bool, loss_scale: bool) -> Path:
+    """Where a train step's kernels are cached: a BERT's name carries its dropout, so that a step compiled
+    without it (before 2026-11-27) is never read as one with it."""
     scaled = "-lossscale" if loss_scale else ""
-    return TRAIN_CACHE / f"{model}-{sequence or 0}-{batch}-{'fp16' if half else 'fp32'}{scaled}.json"
+    dropped = f"-dropout{DROPOUT:g}" if model in BERT else ""
+    return TRAIN_CACHE / f"{model}-{sequence or 0}-{batch}-{'fp16' if half else 'fp32'}{scaled}{dropped}.json"
 
 
 def train_kernels(model: str, sequence: int | None, batch: int, half: bool, loss_scale: bool = False) -> list[dict]:
