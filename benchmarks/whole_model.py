@@ -9,15 +9,18 @@ interval, the per-step host overhead) and the 95% band, each on the non-classifi
 with constants fitted without them, and a band from the other models' held-out residuals); the image classifiers
 (ResNet-50) are never fitted on and are scored with the constants fitted on every other model.
 
-Usage: python benchmarks/whole_model.py [--out benchmarks/whole_model.md]   (about 4 minutes on 2 cores once the
+Usage: python benchmarks/whole_model.py [--out benchmarks/whole_model.md]   (about 5 minutes on 2 cores once the
 kernel cache is filled: python benchmarks/whole_models.py, one CPU compile per configuration, a half-precision
-BERT-large's about 3 minutes each)
+BERT-large's about 3 minutes each; the XLA:GPU programs' section once benchmarks/gpu_programs.py has compiled them,
+about 20 minutes, else it says they are missing)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +29,7 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import gpu_programs  # noqa: E402
 import whole_models  # noqa: E402
 from common import markdown  # noqa: E402
 
@@ -54,15 +58,35 @@ def specs() -> dict:
     return out
 
 
-def program_frames(table: pd.DataFrame, fold: bool) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+# Where each row's program comes from: the CPU's compile with a GPU library's epilogues folded (what tbs ships),
+# the CPU's compile as it is, or XLA:GPU's own compile for the row's GPU (benchmarks/gpu_programs.py).
+SOURCES = ("folded", "cpu", "gpu")
+
+
+def row_kernels(row, source: str) -> list[dict]:
+    """One published row's program's kernels from ``source``."""
+    sequence = int(row.sequence_length) if row.sequence_length == row.sequence_length else None
+    half = row.precision == "fp16"
+    if source == "gpu":
+        return gpu_programs.gpu_kernels(row.device, row.model, sequence, int(row.batch_size), half)
+    kernels = whole_models.kernels(row.model, sequence, int(row.batch_size), half)
+    return [k for k in kernels if not (source == "folded" and k.get("epilogue"))]
+
+
+def gpu_compiled(table: pd.DataFrame) -> bool:
+    """Whether XLA:GPU's program of every row is compiled (benchmarks/gpu_programs.py)."""
+    return all(gpu_programs.program_path(r.device, r.model, int(r.sequence_length) if r.sequence_length == r.sequence_length
+                                         else None, int(r.batch_size), r.precision == "fp16").exists()
+               for r in table.itertuples())
+
+
+def program_frames(table: pd.DataFrame, source: str) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
     """Every row's kernels as one GPU-model table (TF32 at its full peak), each kernel's row of ``table`` and its
     repeats."""
     found = specs()
     frames, owner, repeats = [], [], []
     for index, row in enumerate(table.itertuples()):
-        sequence = int(row.sequence_length) if row.sequence_length == row.sequence_length else None
-        kernels = whole_models.kernels(row.model, sequence, int(row.batch_size), row.precision == "fp16")
-        kernels = [k for k in kernels if not (fold and k.get("epilogue"))]
+        kernels = row_kernels(row, source)
         frames.append(program_frame(kernels, found[row.device], row.precision, 1.0))
         owner += [index] * len(kernels)
         repeats += [float(k.get("repeat", 1)) for k in kernels]
@@ -72,11 +96,11 @@ def program_frames(table: pd.DataFrame, fold: bool) -> tuple[pd.DataFrame, np.nd
 Parts = dict[tuple[float, float], tuple[np.ndarray, np.ndarray]]
 
 
-def row_parts(table: pd.DataFrame, model: GpuModel, fold: bool) -> Parts:
+def row_parts(table: pd.DataFrame, model: GpuModel, source: str) -> Parts:
     """Per (sustained clock, TF32 efficiency): each row's kernels' seconds without launches, and its seconds per
     second of kernel_s (a row's prediction is linear in kernel_s and the host overhead: work + kernel_s x launches
     + host)."""
-    frame, owner, repeats = program_frames(table, fold)
+    frame, owner, repeats = program_frames(table, source)
     shapes = gemm_shapes(frame)
     peak = frame["peak_flops_per_s"].to_numpy()
     tf32 = (frame["precision"] == "tf32").to_numpy() & frame["tensor_cores"].to_numpy(dtype=bool)
@@ -198,6 +222,73 @@ def agreement_section(table: pd.DataFrame, scored: pd.DataFrame) -> str:
             f"on the T4:\n\n{markdown(summary(fitted[fitted['device'] == 't4'], ['framework', 'precision']))}")
 
 
+TITLES = {"folded": "GPU epilogues folded (bias/activation passes after a GEMM dropped)",
+          "cpu": "CPU fusions as compiled",
+          "gpu": "XLA:GPU's own program (compiled for each row's GPU, without one)"}
+ROW_FILES = {"folded": "", "cpu": "-cpu-fusions", "gpu": "-gpu-programs"}
+CONSTANTS: dict[str, dict] = {}  # each source's constants fitted on every non-classifier row, and its band
+CONSTANTS_FILE = HERE / "rows" / "whole_model_constants.json"  # what whole_training.py prices each source with
+
+
+def scored_section(table: pd.DataFrame, model: GpuModel, source: str) -> tuple[pd.DataFrame, str]:
+    """Every row scored held out by model with ``source``'s programs, and its section of the page."""
+    parts = row_parts(table, model, source)
+    scored = held_out(table, parts)
+    fitted = scored[~scored["classifier"]]
+    clock, efficiency, kernel_s, c = fit(parts, table["latency_s"].to_numpy(dtype=float),
+                                         ~table["classifier"].to_numpy(bool))
+    errors = np.log(fitted["latency_s"] / fitted["predicted_s"])
+    CONSTANTS[source] = {"sustained_clock": clock, "tf32_efficiency": efficiency, "kernel_s": kernel_s,
+                         "host_overhead_s": c, "band": [float(np.exp(np.quantile(errors, q))) for q in (TAIL, 1 - TAIL)]}
+    each = "; ".join(f"{m}: clock {g['sustained_clock'].iloc[0]:.2f}, TF32 {g['tf32_efficiency'].iloc[0]:.2f}, "
+                     f"{g['kernel_s'].iloc[0] * 1e6:.2f} us, {g['host_overhead_s'].iloc[0] * 1e3:.2f} ms"
+                     for m, g in fitted.groupby("model"))
+    classifiers = scored[scored["classifier"]]
+    return scored, (
+        f"## {TITLES[source]}\n\nShipped constants (fitted on every non-classifier row): sustained clock "
+        f"{clock:.2f} of the way from base to boost, TF32 at {efficiency:.2f} of its peak, {kernel_s * 1e6:.2f} us "
+        f"per kernel, host overhead {c * 1e3:.2f} ms per step; 95% band (the held-out residuals' 2.5th and 97.5th "
+        f"percentiles) x{np.exp(np.quantile(errors, TAIL)):.2f} to x{np.exp(np.quantile(errors, 1 - TAIL)):.2f}.\n\n"
+        f"Constants fitted without each model: {each}.\n\n"
+        f"Held-out models (non-classifiers), per GPU ({fitted['covered'].mean():.1%} of all {len(fitted)} "
+        f"inside their 95% band, {fitted['covered_90'].mean():.1%} inside a 90% band):\n\n"
+        f"{markdown(summary(fitted, ['device']))}\nPer model, GPU and precision:\n\n"
+        f"{markdown(summary(fitted, ['model', 'device', 'precision']))}\n"
+        f"Independent check, image classifiers (never fitted on), per GPU:\n\n"
+        f"{markdown(summary(classifiers, ['device']))}\nPer GPU and precision:\n\n"
+        f"{markdown(summary(classifiers, ['model', 'device', 'precision']))}\n")
+
+
+H200_PROFILE = HERE.parent / "profiles" / "h200" / "resnet50" / "inference" / "analysis.csv"
+
+
+def deviceless_check() -> str:
+    """XLA:GPU's program compiled here for the H200 without one, against the program the H200 machine compiled
+    for itself (profiles/h200/resnet50: its model rows keep that program's kernels, read when it was measured)."""
+    title = "## Check: a deviceless compile against the GPU's own\n\n"
+    analysis = pd.read_csv(H200_PROFILE)
+    rows = []
+    for row in analysis[analysis["target"] == "model"].itertuples():
+        path = gpu_programs.program_path("h200", "resnet50", None, int(row.batch_size), False)
+        if not path.exists() or not isinstance(row.kernels, str):
+            continue
+        own, here = json.loads(row.kernels), gpu_programs.gpu_kernels("h200", "resnet50", None, int(row.batch_size),
+                                                                       False)
+        counts = [Counter(k["kind"] for k in program) for program in (own, here)]
+        memory = [sum(k["bytes"] for k in program if k["kind"] == "memory") / 1e6 for program in (own, here)]
+        flops = [sum(k["flops"] for k in program) / 1e9 for program in (own, here)]
+        rows.append({"batch": int(row.batch_size),
+                     **{f"{kind} kernels (H200 / here)": f"{a[kind]} / {b[kind]}" for kind, a, b in
+                        [(kind, *counts) for kind in ("memory", "conv", "gemm")]},
+                     "memory passes' MB (H200 / here)": f"{memory[0]:.1f} / {memory[1]:.1f}",
+                     "GFLOP (H200 / here)": f"{flops[0]:.2f} / {flops[1]:.2f}"})
+    if not rows:
+        return title + "Not checked: the H200's ResNet-50 programs are not compiled here (benchmarks/gpu_programs.py).\n"
+    return (title + "keras.applications ResNet-50 (FP32) as the H200 machine compiled it for itself (XLA with "
+            "autotuning, profiles/h200/resnet50/inference) and as XLA:GPU compiles it on this CPU-only machine for "
+            "an H200 described, not found (benchmarks/gpu_programs.py):\n\n" + markdown(pd.DataFrame(rows)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(HERE / "whole_model.md"))
@@ -210,46 +301,31 @@ def main() -> None:
     left_out = table[~ready].groupby(["model", "precision"]).size()
     table = table[ready].reset_index(drop=True)
     model = fitted_model()
-    sections = []
-    for fold in (True, False):
-        parts = row_parts(table, model, fold)
-        scored = held_out(table, parts)
-        fitted = scored[~scored["classifier"]]
-        clock, efficiency, kernel_s, c = fit(parts, table["latency_s"].to_numpy(dtype=float), ~table["classifier"].to_numpy(bool))
-        errors = np.log(fitted["latency_s"] / fitted["predicted_s"])
-        title = "GPU epilogues folded (bias/activation passes after a GEMM dropped)" if fold else "CPU fusions as compiled"
-        section = (f"## {title}\n\nShipped constants (fitted on every non-classifier row): sustained clock "
-                      f"{clock:.2f} of the way from base to boost, TF32 at {efficiency:.2f} of its peak, {kernel_s * 1e6:.2f} us per kernel, host overhead "
-                      f"{c * 1e3:.2f} ms per step; 95% band (the held-out residuals' 2.5th and 97.5th percentiles) "
-                      f"x{np.exp(np.quantile(errors, TAIL)):.2f} to x{np.exp(np.quantile(errors, 1 - TAIL)):.2f}.\n\n"
-                      f"Constants fitted without each model: "
-                      + "; ".join(f"{m}: clock {g['sustained_clock'].iloc[0]:.2f}, TF32 {g['tf32_efficiency'].iloc[0]:.2f}, "
-                                  f"{g['kernel_s'].iloc[0] * 1e6:.2f} us, "
-                                  f"{g['host_overhead_s'].iloc[0] * 1e3:.2f} ms"
-                                  for m, g in fitted.groupby("model")) + ".\n\n")
-        sections.append(section +
-                     f"Held-out models (non-classifiers), per GPU ({fitted['covered'].mean():.1%} of all {len(fitted)} "
-                     f"inside their 95% band, {fitted['covered_90'].mean():.1%} inside a 90% band):\n\n"
-                     f"{markdown(summary(fitted, ['device']))}\nPer model, GPU and precision:\n\n"
-                     f"{markdown(summary(fitted, ['model', 'device', 'precision']))}\n"
-                     f"Independent check, image classifiers (never fitted on), per GPU:\n\n"
-                     f"{markdown(summary(scored[scored['classifier']], ['device']))}\nPer GPU and precision:\n\n"
-                     f"{markdown(summary(scored[scored['classifier']], ['model', 'device', 'precision']))}\n")
-        scored.to_csv(HERE / "rows" / f"whole_model{'' if fold else '-cpu-fusions'}.csv", index=False)
-        if fold:
-            shipped = scored
+    sections, shipped = [], None
+    sources = SOURCES if gpu_compiled(table) else SOURCES[:2]
+    for source in sources:
+        scored, section = scored_section(table, model, source)
+        sections.append(section)
+        scored.to_csv(HERE / "rows" / f"whole_model{ROW_FILES[source]}.csv", index=False)
+        shipped = scored if source == "folded" else shipped
+    if len(sources) < len(SOURCES):
+        sections.append(f"## {TITLES['gpu']}\n\nNot scored: not every row's program is compiled for its GPU "
+                        "(benchmarks/gpu_programs.py).\n")
     text = (f"# Whole-model GPU predictions against published latencies\n\n`python benchmarks/whole_model.py`: "
             f"{len(table)} rows of {TABLE.name} (batch <= {MAX_BATCH}; NVIDIA DeepLearningExamples, each row's licence "
             f"in its `license` column). The shipped prediction folds the epilogues (the first section); the "
-            f"second scores the CPU's fusions as compiled, to show what that choice does. "
+            f"second scores the CPU's fusions as compiled, to show what that choice does; the third scores the "
+            f"program XLA:GPU itself compiles for each row's GPU (benchmarks/gpu_programs.py, compiled here without "
+            f"a GPU; the last section checks such a compile against the program an H200 compiled for itself). "
             f"Errors are |log(predicted / published)| shown as a factor - 1; each non-classifier model's rows are "
             f"scored with the constants (sustained clock, TF32 efficiency, per-kernel launch interval, host overhead) fitted without "
             f"that model, and a 95% band from the other models' held-out residuals (a 90% band from the same residuals is "
             f"scored beside it: it holds 90% of all rows but under 85% on two GPUs)."
             + (f" Not scored (their programs were not compiled here: {', '.join(f'{m} {p}' for m, p in left_out.index)}, "
                f"{int(left_out.sum())} rows)." if len(left_out) else "") + "\n\n" + "\n".join(sections)
-            + "\n" + agreement_section(table, shipped))
+            + "\n" + agreement_section(table, shipped) + "\n" + deviceless_check())
     Path(args.out).write_text(text)
+    CONSTANTS_FILE.write_text(json.dumps(CONSTANTS, indent=1) + "\n")
     print(text)
 
 

@@ -247,31 +247,22 @@ def optimizer_of(model: str, loss_scale: bool):
     return keras.optimizers.LossScaleOptimizer(optimizer) if loss_scale else optimizer
 
 
-def train_data(model: str, network, batch: int) -> tuple[list, list, object]:
-    """(inputs, targets, loss) of one published train step: SQuAD's span loss (start and end positions), U-Net's
-    cross-entropy plus Dice loss over one-hot masks, ResNet-50's label-smoothed (0.1) cross-entropy."""
+def train_loss(model: str, network):
+    """The published run's loss: SQuAD's span loss (start and end positions), U-Net's cross-entropy plus Dice loss
+    over one-hot masks, ResNet-50's label-smoothed (0.1) cross-entropy."""
     import keras
-    import numpy as np
-    import tensorflow as tf
 
-    ops, rng = keras.ops, np.random.default_rng(0)
-    shape = (batch, *network.inputs[0].shape[1:])
-    out = network.outputs[0].shape
+    ops, out = keras.ops, network.outputs[0].shape
     if model in BERT:
-        ids = tf.constant(rng.integers(0, VOCABULARY, shape).astype("int32"))
-        positions = [tf.constant(rng.integers(0, shape[1], batch).astype("int32")) for _ in range(2)]
-
         def span(targets, logits):
             logits = ops.cast(logits, "float32")
             ce = keras.losses.sparse_categorical_crossentropy
             return (ops.mean(ce(targets[0], logits[..., 0], from_logits=True))
                     + ops.mean(ce(targets[1], logits[..., 1], from_logits=True))) / 2
-        return [ids], positions, span
-    images = tf.constant(rng.random(shape, "float32"))
-    labels = tf.one_hot(rng.integers(0, out[-1], (batch, *out[1:-1])), out[-1])
+        return span
     if model == "resnet50":
         smoothed = keras.losses.CategoricalCrossentropy(label_smoothing=0.1)
-        return [images], [labels], lambda targets, probabilities: smoothed(targets[0], ops.cast(probabilities, "float32"))
+        return lambda targets, probabilities: smoothed(targets[0], ops.cast(probabilities, "float32"))
 
     def ce_dice(targets, logits):
         logits = ops.cast(logits, "float32")
@@ -279,7 +270,31 @@ def train_data(model: str, network, batch: int) -> tuple[list, list, object]:
         predict, axes = ops.softmax(logits), tuple(range(1, len(out) - 1))
         dice = (2 * ops.sum(predict * targets[0], axes) + 1e-6) / (ops.sum(predict + targets[0], axes) + 1e-6)
         return ce + ops.mean(1 - dice)
-    return [images], [labels], ce_dice
+    return ce_dice
+
+
+def train_shapes(model: str, network, batch: int) -> tuple[list[tuple[tuple, str]], list[tuple[tuple, str]]]:
+    """(shape, dtype) of a train step's inputs and targets: token ids and two answer positions for a BERT, images
+    and one-hot labels (or masks) otherwise."""
+    shape = (batch, *network.inputs[0].shape[1:])
+    if model in BERT:
+        return [(shape, "int32")], [((batch,), "int32")] * 2
+    return [(shape, "float32")], [((batch, *network.outputs[0].shape[1:]), "float32")]
+
+
+def train_data(model: str, network, batch: int) -> tuple[list, list, object]:
+    """(inputs, targets, loss) of one published train step, as TensorFlow tensors of random values."""
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    [(inputs, _)], targets = train_shapes(model, network, batch)
+    if model in BERT:
+        ids = tf.constant(rng.integers(0, VOCABULARY, inputs).astype("int32"))
+        return [ids], [tf.constant(rng.integers(0, inputs[1], batch).astype("int32")) for _ in range(2)], \
+            train_loss(model, network)
+    images, classes = tf.constant(rng.random(inputs, "float32")), targets[0][0][-1]
+    return [images], [tf.one_hot(rng.integers(0, classes, targets[0][0][:-1]), classes)], train_loss(model, network)
 
 
 def train_path(model: str, sequence: int | None, batch: int, half: bool, loss_scale: bool) -> Path:

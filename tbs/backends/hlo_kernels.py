@@ -4,6 +4,9 @@ After XLA's passes, a program's work is its entry computation's instructions: ea
 kernel (its bytes are its operands plus its outputs: what it reads and writes once, the
 intermediate values never leave registers), each convolution or dot a library GEMM, and every
 other instruction that moves data (a copy, a transpose, a reduce, a gather) one kernel of its own.
+A gather reads the rows it gathers, not its whole table (an embedding's lookup reads batch x tokens rows of a
+30522-row table), also through a cast fused on the way; a GPU compile's library call (cuBLAS, cuDNN) streams its
+operands and result, not the scratch workspace XLA gives it.
 Parameters, constants, bitcasts and tuples launch nothing. A fusion that computes a convolution
 or a dot (with its epilogue) is that GEMM. A while loop's body counts once per known trip.
 
@@ -30,8 +33,9 @@ import math
 import re
 from typing import Any
 
-DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
-               "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16, "s4": 0.5, "u4": 0.5}
+from tbs.backends.hlo_gemms import (DTYPE_BYTES, SHAPE, convolution, cudnn_convolution, dims, dot, library,
+                                   library_output_bytes, shape_bytes, target)
+
 FREE = {"parameter", "constant", "bitcast", "tuple", "get-tuple-element", "after-all", "partition-id", "replica-id",
         "iota", "opt-barrier", "add-dependency"}  # nothing launched (an iota is folded into its user)
 CONTROL = {"while", "conditional", "call"}
@@ -39,21 +43,9 @@ VIEWS = {"bitcast", "broadcast", "reshape"}  # read their operand, compute nothi
 ELEMENTWISE = {"parameter", "constant", "broadcast", "add", "subtract", "multiply", "divide", "maximum", "minimum",
                "convert", "tanh", "exponential", "logistic", "erf", "rsqrt", "sqrt", "negate", "select", "compare",
                "clamp", "bitcast", "reshape", "power", "abs"}
-_SHAPE = re.compile(r"\b(pred|[subfc]\d+|bf16)\[([\d,]*)\]")
 _HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->\s*.*\{\s*$")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.+?)\s+([\w\-]+)\((.*)$")
 _CALLS = re.compile(r"(?:calls|body|to_apply|branch_computations)=\{?%?([\w.\-]+)")
-
-
-def shape_bytes(text: str) -> float:
-    """Bytes of every array in a shape (a tuple's elements summed): 'f32[4,16]{1,0}' -> 256."""
-    return float(sum(DTYPE_BYTES.get(dtype, 4) * math.prod(int(d) for d in dims.split(",") if d)
-                     for dtype, dims in _SHAPE.findall(text)))
-
-
-def _dims(text: str) -> list[int]:
-    found = _SHAPE.search(text)
-    return [int(d) for d in found.group(2).split(",") if d] if found else []
 
 
 def parse_module(text: str) -> tuple[dict[str, list[dict[str, Any]]], str]:
@@ -87,67 +79,6 @@ def _op_name(attrs: str) -> str:
     return found.group(1) if found else ""
 
 
-def _dimension_list(attrs: str, which: str) -> list[int]:
-    """A dot's lhs contracting or batch dimensions, from its attributes or (a cuBLAS call) its backend_config."""
-    found = (re.search(rf"lhs_{which}_dims=\{{([\d,]*)\}}", attrs)
-             or re.search(rf'"lhs_{which}_dimensions":\[([^\]]*)\]', attrs))
-    return [int(d) for d in re.findall(r"\d+", found.group(1))] if found else []
-
-
-def _dot(instruction: dict[str, Any], shapes: dict[str, str]) -> dict[str, Any]:
-    """A dot as a GEMM: count = its batch dimensions, K = the contracted ones, M x N the rest of the output."""
-    attrs = instruction["attrs"]
-    lhs = _dims(shapes.get(instruction["operands"][0], "")) if instruction["operands"] else []
-    contracting, batch = _dimension_list(attrs, "contracting"), _dimension_list(attrs, "batch")
-    out = _dims(instruction["shape"])
-    k = math.prod(lhs[d] for d in contracting if d < len(lhs)) or 1
-    count = math.prod(lhs[d] for d in batch if d < len(lhs)) or 1
-    m = math.prod(d for i, d in enumerate(lhs) if i not in contracting and i not in batch) or 1
-    n = max(1, round(math.prod(out) / count / m)) if out else 1
-    return {"kind": "gemm", "m": int(m), "n": int(n), "k": int(k), "count": int(count),
-            "flops": 2.0 * m * n * k * count}
-
-
-def _convolution(instruction: dict[str, Any], shapes: dict[str, str]) -> dict[str, Any]:
-    """A convolution as its implicit GEMM: M = output positions, N = output features, K = window x input channels
-    of a group (``dim_labels`` say which dimension is which)."""
-    attrs = instruction["attrs"]
-    labels = re.search(r"dim_labels=(\w+)_(\w+)->(\w+)", attrs)
-    kernel = _dims(shapes.get(instruction["operands"][1], "")) if len(instruction["operands"]) > 1 else []
-    out = _dims(instruction["shape"])
-    if not labels or len(kernel) != len(labels.group(2)) or len(out) != len(labels.group(3)):
-        return {"kind": "conv", "m": 1, "n": 1, "k": 1, "count": 1, "flops": 0.0, "window": 1, "stride": 1, "channels": 1}
-    kernel_labels, out_labels = labels.group(2), labels.group(3)
-    channels = kernel[kernel_labels.index("i")]
-    window = math.prod(d for d, label in zip(kernel, kernel_labels) if label not in "io") or 1
-    n = out[out_labels.index("f")]
-    m = math.prod(out) // max(n, 1)
-    positions = math.prod(d for d, label in zip(out, out_labels) if label.isdigit()) or 1
-    if window > positions:  # its "kernel" is an output's gradient and its output a kernel: the weights' gradient
-        return _weights_gradient(attrs, out[out_labels.index("b")], n, m, window, channels, positions)
-    stride = re.search(r"stride=(\d+)", attrs)
-    # A transposed convolution (its input dilated by the stride): a GPU library runs it as a convolution's input
-    # gradient, which skips the inserted zeros: each output position meets window / dilation of the kernel's taps.
-    dilation = re.search(r"lhs_dilate=([\dx]+)", attrs)
-    window = max(1, round(window / math.prod(int(d) for d in dilation.group(1).split("x")))) if dilation else window
-    return {"kind": "conv", "m": int(m), "n": int(n), "k": int(window * channels), "count": 1,
-            "flops": 2.0 * m * n * window * channels, "window": int(window), "stride": int(stride.group(1)) if stride else 1,
-            "channels": int(channels)}
-
-
-def _weights_gradient(attrs: str, in_channels: int, n: int, m: int, window: int, channels: int,
-                      positions: int) -> dict[str, Any]:
-    """A convolution's weights' gradient (XLA writes it as a convolution of the input with the output's gradient as
-    the kernel: a window the output's size, the batch as its input channels) as the forward convolution it is the
-    gradient of, marked ``gradient: weights``: a GPU library runs it as that convolution's weight-gradient GEMM
-    (M = window x input channels, N = filters, K = batch x output positions, split over K), on tensor cores where
-    the forward's input channels allow, not as a convolution whose input has the batch as its channels."""
-    dilation = re.search(r"rhs_dilate=(\d+)", attrs)  # the forward's stride dilates the output's gradient
-    return {"kind": "conv", "m": int(window * channels), "n": int(n), "k": int(m), "count": 1,
-            "flops": 2.0 * m * n * window * channels, "window": int(positions),
-            "stride": int(dilation.group(1)) if dilation else 1, "channels": int(in_channels), "gradient": "weights"}
-
-
 def _compute_inside(name: str, computations: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Every convolution and dot a fused computation runs, each with the bytes of its own operands and output
     (a GPU runs each as a library kernel of its own: a CPU fusion may chain several)."""
@@ -156,7 +87,7 @@ def _compute_inside(name: str, computations: dict[str, list[dict[str, Any]]]) ->
     out = []
     for instruction in body:
         if instruction["opcode"] in ("convolution", "dot"):
-            kernel = (_convolution if instruction["opcode"] == "convolution" else _dot)(instruction, shapes)
+            kernel = (convolution if instruction["opcode"] == "convolution" else dot)(instruction, shapes)
             kernel["bytes"] = shape_bytes(instruction["shape"]) + sum(shape_bytes(shapes.get(o, ""))
                                                                       for o in instruction["operands"])
             kernel["op"] = _op_name(instruction["attrs"])
@@ -176,7 +107,7 @@ def _value_key(instruction: dict[str, Any]) -> tuple[str, str, str] | None:
     name = _op_name(instruction["attrs"])
     if not name or instruction["opcode"] in ("parameter", "constant"):
         return None
-    shape = _SHAPE.search(instruction["shape"])  # its type and dimensions, not its layout
+    shape = SHAPE.search(instruction["shape"])  # its type and dimensions, not its layout
     return name, instruction["opcode"], shape.group(0) if shape else instruction["shape"]
 
 
@@ -216,11 +147,47 @@ def _bytes_without_recompute(body: list[dict[str, Any]], operand_bytes: list[flo
     return min(out_bytes + sum(operand_bytes), out_bytes + sum(reads.values()))
 
 
-def _library(attrs: str) -> str:
-    """'conv' or 'gemm' for a GPU compile's library call (cuDNN's convolutions, cuBLAS's GEMMs), else ''."""
-    target = re.search(r'custom_call_target="([^"]*)"', attrs)
-    name = target.group(1).lower() if target else ""
-    return "conv" if "conv" in name else "gemm" if ("gemm" in name or "matmul" in name) else ""
+INDEXED = {"gather", "dynamic-slice"}  # read only a slice of their first operand
+PASS_THROUGH = {"convert", "bitcast", "reshape", "copy", "negate", "abs"}  # computed only where their reader reads
+
+
+def _indexed_reads(body: list[dict[str, Any]], operand_bytes: list[float]) -> list[float]:
+    """A fusion's operand bytes where it gathers or slices from an operand (an embedding table read through its
+    gather, a cast of it on the way): it reads the rows it gathers, not the table. Each parameter read only
+    through such a chain is charged the gathered elements at its own type's size (never more than itself)."""
+    users: dict[str, list[dict[str, Any]]] = {}
+    for instruction in body:
+        for operand in instruction["operands"]:
+            users.setdefault(operand, []).append(instruction)
+
+    def sliced_elements(name: str, depth: int = 0) -> float | None:
+        readers = users.get(name, [])
+        if not readers or depth > 8:
+            return None
+        total = 0.0
+        for reader in readers:
+            if reader["opcode"] in INDEXED and reader["operands"][0] == name:
+                total += math.prod(dims(reader["shape"]) or [1])
+            elif reader["opcode"] in PASS_THROUGH:
+                found = sliced_elements(reader["name"], depth + 1)
+                if found is None:
+                    return None
+                total += found
+            else:
+                return None
+        return total
+
+    out = list(operand_bytes)
+    for instruction in body:
+        if instruction["opcode"] != "parameter" or not instruction["argument"].strip().isdigit():
+            continue
+        index = int(instruction["argument"])
+        elements = sliced_elements(instruction["name"]) if 0 <= index < len(out) else None
+        if elements is not None:
+            found = SHAPE.search(instruction["shape"])
+            size = DTYPE_BYTES.get(found.group(1), 4) if found else 4
+            out[index] = min(out[index], elements * size)
+    return out
 
 
 def _trips(attrs: str) -> int:
@@ -251,13 +218,23 @@ def _kernels(computation: str, computations: dict[str, list[dict[str, Any]]], re
             for called in _CALLS.findall(attrs):
                 out += _kernels(called, computations, repeat * trips)
             continue
-        out_bytes, operand_bytes = shape_bytes(instruction["shape"]), [shape_bytes(shapes.get(o, "")) for o in operands]
-        moved = out_bytes + sum(operand_bytes)
+        call = library(attrs) if opcode == "custom-call" else ""
+        out_bytes = library_output_bytes(instruction["shape"]) if call else shape_bytes(instruction["shape"])
+        operand_bytes = [shape_bytes(shapes.get(o, "")) for o in operands]
         called = _CALLS.search(attrs) if opcode == "fusion" else None
-        if opcode == "convolution" or (opcode == "custom-call" and _library(attrs) == "conv"):
-            found = [dict(_convolution(instruction, shapes), bytes=moved)]
-        elif opcode == "dot" or (opcode == "custom-call" and _library(attrs) == "gemm"):
-            found = [dict(_dot(instruction, shapes), bytes=moved)]
+        if called:
+            operand_bytes = _indexed_reads(computations.get(called.group(1), []), operand_bytes)
+        elif opcode in INDEXED and operands:  # a gather on its own reads its rows of operand 0
+            source = SHAPE.search(shapes.get(operands[0], ""))
+            rows = math.prod(dims(instruction["shape"]) or [1]) * DTYPE_BYTES.get(source.group(1) if source else "", 4)
+            operand_bytes[0] = min(operand_bytes[0], rows)
+        moved = out_bytes + sum(operand_bytes)
+        if call == "conv":
+            found = [dict(cudnn_convolution(instruction, shapes, target(attrs)), bytes=moved)]
+        elif opcode == "convolution":
+            found = [dict(convolution(instruction, shapes), bytes=moved)]
+        elif opcode == "dot" or call == "gemm":
+            found = [dict(dot(instruction, shapes), bytes=moved)]
         else:
             found = _compute_inside(called.group(1), computations) if called else []
         produced[instruction["name"]] = bool(found)
@@ -287,10 +264,10 @@ def dumps(kernels: list[dict[str, Any]]) -> str:
 def _work(instruction: dict[str, Any], shapes: dict[str, str]) -> float:
     """What one instruction computes, as a weight: a convolution's or dot's FLOPs, else its output's elements."""
     if instruction["opcode"] == "convolution":
-        return _convolution(instruction, shapes)["flops"]
+        return convolution(instruction, shapes)["flops"]
     if instruction["opcode"] == "dot":
-        return _dot(instruction, shapes)["flops"]
-    return float(sum(math.prod(int(d) for d in dims.split(",") if d) for _, dims in _SHAPE.findall(instruction["shape"])))
+        return dot(instruction, shapes)["flops"]
+    return float(sum(math.prod(int(d) for d in sizes.split(",") if d) for _, sizes in SHAPE.findall(instruction["shape"])))
 
 
 def instruction_parts(text: str) -> dict[str, list[tuple[str, float]]]:
