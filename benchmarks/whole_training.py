@@ -8,7 +8,9 @@ priced on the published GPU at the published precision with the SHIPPED whole-mo
 (tbs.predictions.whole, fitted on inference latencies only). The published seconds per step are batch /
 throughput. Nothing is fitted here unless --refit: then one training constant (a factor on the prediction) is
 fitted held out by model (each non-classifier model scored with the factor fitted on the other; ResNet-50 never
-fitted on) and reported beside the shipped scores.
+fitted on) and reported beside the shipped scores. A last section scores the train steps XLA:GPU itself compiles
+for each row's GPU at the row's batch (benchmarks/gpu_programs.py --train, compiled without a GPU), priced with
+the constants whole_model.py fitted on XLA:GPU's inference programs (benchmarks/rows/whole_model_constants.json).
 
 Usage: python benchmarks/whole_training.py [--fill] [--out benchmarks/whole_training.md]   (about 4 minutes on 2
 cores once the kernel cache, $TBS_WHOLE_TRAIN_CACHE or /tmp/tbs_whole_train_kernels, is filled; --fill compiles what
@@ -19,6 +21,7 @@ BERT-large's train step 1-5 minutes each)
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from pathlib import Path
@@ -29,8 +32,9 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import gpu_programs  # noqa: E402
 import whole_models  # noqa: E402
-from whole_model import markdown, specs, summary  # noqa: E402
+from whole_model import CONSTANTS_FILE, markdown, specs, summary  # noqa: E402
 
 from tbs.predictions.reference import fitted_model  # noqa: E402
 from tbs.predictions.whole import BAND_PERCENT, WHOLE_BAND, predict_whole  # noqa: E402
@@ -78,6 +82,66 @@ def score(table: pd.DataFrame, loss_scale: bool = False) -> pd.DataFrame:
     out["log_error"] = np.log(out["predicted_s"] / out["step_s"])
     out["covered"] = (out["step_s"] >= out["low_s"]) & (out["step_s"] <= out["high_s"])
     return out
+
+
+def gpu_programs_ready(table: pd.DataFrame) -> bool:
+    """Whether every row's train step is compiled for its GPU (benchmarks/gpu_programs.py --train) and
+    whole_model.py has fitted the constants of XLA:GPU's programs."""
+    return CONSTANTS_FILE.exists() and "gpu" in json.loads(CONSTANTS_FILE.read_text()) and all(
+        gpu_programs.program_path(r.device, r.model, sequence_of(r), int(r.batch_size), r.precision == "fp16",
+                                  training=True).exists() for r in table.itertuples())
+
+
+def score_gpu_programs(table: pd.DataFrame) -> pd.DataFrame:
+    """Each row's step from XLA:GPU's own train-step program, compiled for the row's GPU at the row's batch (no
+    extrapolation), priced with the constants whole_model.py fitted on XLA:GPU's inference programs, and their
+    band (nothing fitted on training)."""
+    found, model = specs(), fitted_model()
+    constants = json.loads(CONSTANTS_FILE.read_text())["gpu"]
+    low, high = constants["band"]
+    out = table.copy()
+    predicted, memory = [], []
+    for row in table.itertuples():
+        kernels = gpu_programs.gpu_kernels(row.device, row.model, sequence_of(row), int(row.batch_size),
+                                           row.precision == "fp16", training=True)
+        step = predict_whole(kernels, found[row.device], row.precision, model, constants["host_overhead_s"],
+                             fold_epilogues=False, kernel_s=constants["kernel_s"],
+                             sustained_clock=constants["sustained_clock"],
+                             tf32_efficiency=constants["tf32_efficiency"])
+        predicted.append(step.seconds)
+        memory.append(sum(s for k, s in zip(step.kernels, step.kernel_seconds) if k["kind"] == "memory"))
+    out["predicted_s"], out["memory_s"] = predicted, memory
+    out["low_s"], out["high_s"] = out["predicted_s"] * low, out["predicted_s"] * high
+    out["log_error"] = np.log(out["predicted_s"] / out["step_s"])
+    out["covered"] = (out["step_s"] >= out["low_s"]) & (out["step_s"] <= out["high_s"])
+    return out
+
+
+def gpu_programs_section(table: pd.DataFrame) -> str:
+    """The train steps as XLA:GPU compiles them for each row's GPU, scored beside the shipped prediction."""
+    title = "## XLA:GPU's own train step (compiled for each row's GPU at its batch, without one)\n\n"
+    if not gpu_programs_ready(table):
+        return title + "Not scored: not every row's train step is compiled for its GPU (benchmarks/gpu_programs.py " \
+                       "--train), or whole_model.py has not fitted its constants.\n"
+    scored = score_gpu_programs(table)
+    scored.to_csv(HERE / "rows" / "whole_training-gpu-programs.csv", index=False)
+    fitted, classifiers = scored[~scored["classifier"]], scored[scored["classifier"]]
+    constants = json.loads(CONSTANTS_FILE.read_text())["gpu"]
+    return (title + f"Priced with the constants fitted on XLA:GPU's inference programs (whole_model.py's last "
+            f"section) and their band x{constants['band'][0]:.2f}-x{constants['band'][1]:.2f}; nothing fitted on "
+            f"training. Per GPU, non-classifier models:\n\n{markdown(summary(fitted, ['device']))}\n"
+            f"Per model, GPU and precision:\n\n{markdown(summary(fitted, ['model', 'device', 'precision']))}\n"
+            f"Independent check, ResNet-50:\n\n{markdown(summary(classifiers, ['model', 'device', 'precision']))}\n"
+            f"Every row (memory passes' share as above):\n\n{markdown(program_rows(scored))}\n")
+
+
+def program_rows(scored: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({"model": scored["model"], "device": scored["device"], "precision": scored["precision"],
+                         "batch": scored["batch_size"], "published ms": (scored["step_s"] * 1e3).round(1),
+                         "predicted ms": (scored["predicted_s"] * 1e3).round(1),
+                         "predicted / published": np.exp(scored["log_error"]).round(2),
+                         "inside": scored["covered"].map({True: "yes", False: "no"}),
+                         "memory passes' share": (scored["memory_s"] / scored["predicted_s"]).map("{:.0%}".format)})
 
 
 def held_out_factor(scored: pd.DataFrame) -> pd.DataFrame:
@@ -158,7 +222,8 @@ def main() -> None:
             + "; ".join(f"{m}: x{g['factor'].iloc[0]:.2f}" for m, g in refit.groupby("model")) + "\n\n"
             f"{markdown(summary(refit[~refit['classifier']], ['device']))}\n"
             f"ResNet-50 with the factor fitted on BERT and U-Net:\n\n"
-            f"{markdown(summary(refit[refit['classifier']], ['device']))}\n")
+            f"{markdown(summary(refit[refit['classifier']], ['device']))}\n\n"
+            + gpu_programs_section(table))
     Path(args.out).write_text(text)
     print(text)
 

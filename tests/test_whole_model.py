@@ -283,6 +283,25 @@ def test_a_gpu_compiles_cudnn_calls_are_its_convolution_and_both_gradients_each_
     assert forward["bytes"] == data["bytes"] == weights["bytes"] == x + w + dy
 
 
+def test_a_deviceless_gpu_compile_reads_as_the_program_the_gpu_compiled_for_itself():
+    """tests/programs/: keras.applications ResNet-50 at batch 32 compiled on a CPU-only machine for a described
+    H200 (benchmarks/gpu_programs.py); profiles/h200/resnet50 keeps the kernels of the program the H200 machine
+    compiled for itself when it measured it. Read here, the two are the same program: its cuDNN calls the same
+    convolutions, its memory passes the same bytes."""
+    import gzip
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    here = program_kernels(gzip.decompress((root / "tests/programs/h200-resnet50-32-fp32.hlo.gz").read_bytes()).decode())
+    rows = pd.read_csv(root / "profiles/h200/resnet50/inference/analysis.csv")
+    own = json.loads(rows[(rows["target"] == "model") & (rows["batch_size"] == 32)]["kernels"].iloc[0])
+    convolutions = [sorted((k["m"], k["n"], k["k"]) for k in program if k["kind"] == "conv") for program in (own, here)]
+    assert len(convolutions[0]) == 53 and convolutions[0] == convolutions[1]
+    memory = [sum(k["bytes"] for k in program if k["kind"] == "memory") for program in (own, here)]
+    assert memory[1] == pytest.approx(memory[0], rel=1e-3)
+    assert sum(k["flops"] for k in here) == pytest.approx(sum(k["flops"] for k in own))
+
+
 def test_a_profile_records_its_whole_program_and_a_gpu_is_predicted_from_it(tmp_path):
     import tbs
 
