@@ -135,22 +135,23 @@ def compile_forward(gpu: str, model: str, sequence: int | None, batch: int, half
 def compile_train_step(gpu: str, model: str, sequence: int | None, batch: int, half: bool) -> str:
     """The optimised HLO of one train step of the rebuild, compiled for ``gpu`` without one: the forward with
     training=True (BERT's dropout on), the published loss, every trainable variable's gradient and the published
-    optimizer's update (whole_models.optimizer_of), one program, as tbs's TensorFlow train step compiles it for a
-    CPU (whole_models.compiled_train_kernels), here at the published batch itself."""
+    optimizer's update (whole_train_steps.optimizer_of), one program, as tbs's TensorFlow train step compiles it for a
+    CPU (whole_train_steps.compiled_train_kernels), here at the published batch itself."""
     import jax
     import keras
 
     import whole_models
+    import whole_train_steps
 
     sharding = _sharding(gpu)
     keras.mixed_precision.set_global_policy("mixed_float16" if half else "float32")
     try:
         network = whole_models.build(model, sequence, training=True)
-        loss = whole_models.train_loss(model, network)
-        optimizer = whole_models.optimizer_of(model, loss_scale=False)
+        loss = whole_train_steps.train_loss(model, network)
+        optimizer = whole_train_steps.optimizer_of(model, loss_scale=False)
         optimizer.build(network.trainable_variables)
         inputs, targets = ([jax.ShapeDtypeStruct(shape, dtype, sharding=sharding) for shape, dtype in group]
-                           for group in whole_models.train_shapes(model, network, batch))
+                           for group in whole_train_steps.train_shapes(model, network, batch))
         state = [[_abstract(sharding, v.value) for v in variables] for variables in
                  (network.trainable_variables, network.non_trainable_variables, optimizer.variables)]
 

@@ -34,6 +34,7 @@ sys.path.insert(0, str(HERE))
 
 import gpu_programs  # noqa: E402
 import whole_models  # noqa: E402
+import whole_train_steps  # noqa: E402
 from whole_model import CONSTANTS_FILE, markdown, specs, summary  # noqa: E402
 
 from tbs.predictions.reference import fitted_model  # noqa: E402
@@ -66,7 +67,7 @@ def score(table: pd.DataFrame, loss_scale: bool = False) -> pd.DataFrame:
     predicted, update, inference, memory = [], [], [], []
     for row in table.itertuples():
         half = row.precision == "fp16"
-        kernels = whole_models.train_kernels(row.model, sequence_of(row), int(row.batch_size), half, loss_scale)
+        kernels = whole_train_steps.train_kernels(row.model, sequence_of(row), int(row.batch_size), half, loss_scale)
         step = predict_whole(kernels, found[row.device], row.precision, model)
         predicted.append(step.seconds)
         memory.append(sum(s for k, s in zip(step.kernels, step.kernel_seconds) if k["kind"] == "memory"))
@@ -166,11 +167,11 @@ def extrapolation_check() -> pd.DataFrame:
     """The step predicted from batch 1 and 2 extrapolated against the step compiled at a larger batch."""
     found, model, rows = specs(), fitted_model(), []
     for name, sequence, batch, half in CHECKS:
-        if not whole_models.train_path(name, sequence, batch, half, False).exists():
+        if not whole_train_steps.train_path(name, sequence, batch, half, False).exists():
             continue
-        one, two = (whole_models.compiled_train_kernels(name, sequence, b, half) for b in (1, 2))
-        grown = whole_models.aligned(one, two, batch)
-        compiled = whole_models.compiled_train_kernels(name, sequence, batch, half)
+        one, two = (whole_train_steps.compiled_train_kernels(name, sequence, b, half) for b in (1, 2))
+        grown = whole_train_steps.aligned(one, two, batch)
+        compiled = whole_train_steps.compiled_train_kernels(name, sequence, batch, half)
         for device in ("v100", "a100-80gb"):
             precision = "fp16" if half else "fp32"
             a, b = (predict_whole(k, found[device], precision, model).seconds if k else np.nan for k in (grown, compiled))
@@ -191,8 +192,8 @@ def main() -> None:
         configs = table[["model", "sequence_length", "precision"]].drop_duplicates()
         wanted = {(r.model, sequence_of(r), b, r.precision == "fp16") for r in configs.itertuples() for b in (1, 2)}
         for name, sequence, batch, half in sorted(wanted, key=str) + list(CHECKS):
-            whole_models.compiled_train_kernels(name, sequence, batch, half)
-    ready = np.array([whole_models.train_cached(r.model, sequence_of(r), r.precision == "fp16")
+            whole_train_steps.compiled_train_kernels(name, sequence, batch, half)
+    ready = np.array([whole_train_steps.train_cached(r.model, sequence_of(r), r.precision == "fp16")
                       for r in table.itertuples()])
     left_out = table[~ready].groupby(["model", "precision"]).size()
     scored = score(table[ready].reset_index(drop=True))

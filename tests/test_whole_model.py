@@ -432,8 +432,12 @@ def _benchmark_module(name: str):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
+    import sys
+
+    folder = Path(__file__).resolve().parent.parent / "benchmarks"
+    if str(folder) not in sys.path:  # a benchmark module imports its siblings by name
+        sys.path.insert(0, str(folder))
+    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -444,7 +448,7 @@ def test_a_train_steps_kernels_extrapolated_in_batch_keep_the_optimizers_update_
     op name, and an unnamed layout pass may be split into more kernels at batch 2. Extrapolated to batch 24, the
     update stays what both programs have (it once grew with the batch: BERT-large's AdamW read 52.8 GB at batch
     24 where every compiled batch has 13.9), every activation pass grows affinely, and no kernel goes negative."""
-    whole_models = _benchmark_module("whole_models")
+    steps = _benchmark_module("whole_train_steps")
 
     def memory(op: str, nbytes: float) -> dict:
         return {"kind": "memory", "op": op, "bytes": nbytes, "flops": nbytes / 4}
@@ -453,7 +457,7 @@ def test_a_train_steps_kernels_extrapolated_in_batch_keep_the_optimizers_update_
     one = [memory("dense/Relu", 1e3), *update, memory("", 5e3), memory("softmax/Exp", 2e3), memory("softmax/Sum", 9e2)]
     two = [update[2], memory("softmax/Sum", 1.8e3), update[1], memory("dense/Relu", 2e3), update[0], memory("", 4e3),
            memory("", 6e3), memory("softmax/Exp", 4e3)]
-    grown = whole_models.aligned(one, two, 24)
+    grown = steps.aligned(one, two, 24)
     total = lambda op: sum(k["bytes"] for k in grown if k["op"] == op)  # noqa: E731
     assert total("adam_w/AssignAddVariableOp") == 84e6 and len(grown) == len(two)
     assert total("dense/Relu") == 24e3 and total("softmax/Exp") == 48e3
