@@ -220,10 +220,16 @@ def compiled_kernels(model: str, sequence: int | None, batch: int, half: bool) -
             cost = program_cost("/CPU:0", "cpu", lambda t: network(t, training=False), [data])
     finally:
         keras.mixed_precision.set_global_policy("float32")
+    return kept_kernels(path, cost, f"{model} at batch {batch}")
+
+
+def kept_kernels(path: Path, cost, what: str) -> list[dict]:
+    """A compile's kernels (``cost``: tbs's program analysis), cached at ``path``; an error naming ``what`` where
+    the analysis found none."""
     if not cost.kernels:
-        raise RuntimeError(f"no kernels for {model} at batch {batch}: {cost.reason}")
+        raise RuntimeError(f"no kernels for {what}: {cost.reason}")
     found = json.loads(cost.kernels)
-    CACHE.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(found))
     return found
 

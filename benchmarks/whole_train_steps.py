@@ -6,13 +6,13 @@ batch kernel by kernel).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections import Counter
 from pathlib import Path
 
-from whole_models import BERT, DROPOUT, SCALED, VOCABULARY, build, cached_kernels, extrapolated, recording
+from whole_models import (BERT, DROPOUT, SCALED, VOCABULARY, build, cached_kernels, extrapolated, kept_kernels,
+                          recording)
 
 TRAIN_CACHE = Path(os.environ.get("TBS_WHOLE_TRAIN_CACHE", "/tmp/tbs_whole_train_kernels"))
 
@@ -212,9 +212,4 @@ def compiled_train_kernels(model: str, sequence: int | None, batch: int, half: b
             cost = runner.costs()["step"]
     finally:
         keras.mixed_precision.set_global_policy("float32")
-    if not cost.kernels:
-        raise RuntimeError(f"no kernels for a {model} train step at batch {batch}: {cost.reason}")
-    found = json.loads(cost.kernels)
-    TRAIN_CACHE.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(found))
-    return found
+    return kept_kernels(path, cost, f"a {model} train step at batch {batch}")
