@@ -245,7 +245,8 @@ def scored_section(table: pd.DataFrame, model: GpuModel, source: str) -> tuple[p
                      for m, g in fitted.groupby("model"))
     classifiers = scored[scored["classifier"]]
     return scored, (
-        f"## {TITLES[source]}\n\nShipped constants (fitted on every non-classifier row): sustained clock "
+        f"## {TITLES[source]}\n\n{'Shipped constants' if source == 'folded' else 'Constants'} (fitted on every "
+        f"non-classifier row): sustained clock "
         f"{clock:.2f} of the way from base to boost, TF32 at {efficiency:.2f} of its peak, {kernel_s * 1e6:.2f} us "
         f"per kernel, host overhead {c * 1e3:.2f} ms per step; 95% band (the held-out residuals' 2.5th and 97.5th "
         f"percentiles) x{np.exp(np.quantile(errors, TAIL)):.2f} to x{np.exp(np.quantile(errors, 1 - TAIL)):.2f}.\n\n"
