@@ -11,7 +11,7 @@ Compiling needs JAX's CUDA plugin (about 5.5 GB of NVIDIA libraries), which tbs 
 tbs's own environment (its plugin would try to start CUDA in every test):
 
     python3 -m venv /tmp/gpu-compile && /tmp/gpu-compile/bin/pip install "jax[cuda12]==$(python -c 'import jax;
-        print(jax.__version__)')" keras pandas
+        print(jax.__version__)')" keras pandas plotly click cloudpickle pyyaml   # tbs's own, without TensorFlow
     /tmp/gpu-compile/bin/python benchmarks/gpu_programs.py     # every inference configuration, ~20 min on 2 cores
 
 Reading the compiled programs back (``gpu_kernels``) needs only tbs (tbs.backends.hlo_kernels).
@@ -112,12 +112,10 @@ def compile_forward(gpu: str, model: str, sequence: int | None, batch: int, half
     import jax.numpy as jnp
     import keras
 
-    import whole_models
-
     sharding = _sharding(gpu)
     keras.mixed_precision.set_global_policy("mixed_float16" if half else "float32")
     try:
-        network = whole_models.build(model, sequence)
+        network = _network(model, sequence)
         trainable = [_abstract(sharding, v.value) for v in network.trainable_variables]
         fixed = [_abstract(sharding, v.value) for v in network.non_trainable_variables]
         dtype = jnp.int32 if "int" in str(network.inputs[0].dtype) else jnp.float32
@@ -169,9 +167,24 @@ def compile_train_step(gpu: str, model: str, sequence: int | None, batch: int, h
         keras.backend.clear_session()
 
 
-# Compiled to check the deviceless compile against a GPU's own: ResNet-50 as the H200 machine compiled it for
-# profiles/h200/resnet50/inference (its model row keeps that program's kernels).
-H200_CHECKS = [("h200", "resnet50", None, batch, False) for batch in (1, 32, 256)]
+# Compiled to check the deviceless compile against a GPU's own: ResNet-50 and models/build.py's BERT-base-sized
+# encoder as the H200 machine compiled them for profiles/h200/*/inference (their model rows keep the programs'
+# kernels).
+H200_CHECKS = [("h200", "resnet50", None, batch, False) for batch in (1, 32, 256)] + [
+    ("h200", "bert_encoder", 128, 32, False)]
+
+
+def _network(model: str, sequence: int | None):
+    """The Keras model compiled for a configuration: a whole_models.py rebuild, or the example encoder the H200
+    machine profiled (models/build.py's, which builds on JAX where TensorFlow is absent)."""
+    if model != "bert_encoder":
+        import whole_models
+
+        return whole_models.build(model, sequence)
+    sys.path.insert(0, str(HERE.parent / "models"))
+    import build
+
+    return build.bert_base()
 
 
 def configurations(training: bool = False) -> list[tuple[str, str, int | None, int, bool]]:
