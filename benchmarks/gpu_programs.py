@@ -5,7 +5,8 @@ XLA can compile for a GPU it does not have ("deviceless" ahead-of-time compilati
 its cuBLAS and cuDNN rewrites, its layouts) without a device. The optimised program is then the one that GPU
 would run, not the CPU's program with a GPU's fusions guessed (benchmarks/whole_models.py, what `tbs predict`
 reads from a profile). Here each rebuild of whole_models.py (Keras on JAX) is compiled for the GPU of each
-published row, at the row's batch and precision; whole_model.py --programs gpu prices those programs.
+published row, at the row's batch and precision; whole_model.py and whole_training.py price those
+programs in a section of their own once they are compiled.
 
 Compiling needs JAX's CUDA plugin (about 5.5 GB of NVIDIA libraries), which tbs does not install; keep it out of
 tbs's own environment (its plugin would try to start CUDA in every test):

@@ -59,10 +59,18 @@ def phase_of(op: str) -> str:
     return "backward" if head == "gradient_tape" else ("unnamed" if not head else "forward and loss")
 
 
+def banded(out: pd.DataFrame, low: float, high: float) -> pd.DataFrame:
+    """``out`` with each row's band (``low`` and ``high`` times its prediction), error and whether the band holds
+    the published step."""
+    out["low_s"], out["high_s"] = out["predicted_s"] * low, out["predicted_s"] * high
+    out["log_error"] = np.log(out["predicted_s"] / out["step_s"])
+    out["covered"] = (out["step_s"] >= out["low_s"]) & (out["step_s"] <= out["high_s"])
+    return out
+
+
 def score(table: pd.DataFrame, loss_scale: bool = False) -> pd.DataFrame:
     """Each row's predicted step (shipped constants), its band, and the update kernels' share of it."""
     found, model = specs(), fitted_model()
-    low, high = WHOLE_BAND
     out = table.copy()
     predicted, update, inference, memory = [], [], [], []
     for row in table.itertuples():
@@ -79,27 +87,23 @@ def score(table: pd.DataFrame, loss_scale: bool = False) -> pd.DataFrame:
     out["update_s"] = update
     out["memory_s"] = memory
     out["inference_predicted_s"] = inference
-    out["low_s"], out["high_s"] = out["predicted_s"] * low, out["predicted_s"] * high
-    out["log_error"] = np.log(out["predicted_s"] / out["step_s"])
-    out["covered"] = (out["step_s"] >= out["low_s"]) & (out["step_s"] <= out["high_s"])
-    return out
+    return banded(out, *WHOLE_BAND)
 
 
-def gpu_programs_ready(table: pd.DataFrame) -> bool:
-    """Whether every row's train step is compiled for its GPU (benchmarks/gpu_programs.py --train) and
-    whole_model.py has fitted the constants of XLA:GPU's programs."""
-    return CONSTANTS_FILE.exists() and "gpu" in json.loads(CONSTANTS_FILE.read_text()) and all(
-        gpu_programs.program_path(r.device, r.model, sequence_of(r), int(r.batch_size), r.precision == "fp16",
-                                  training=True).exists() for r in table.itertuples())
+def gpu_program_constants(table: pd.DataFrame) -> dict | None:
+    """The constants whole_model.py fitted on XLA:GPU's inference programs, where they are fitted and every row's
+    train step is compiled for its GPU (benchmarks/gpu_programs.py --train); else None."""
+    constants = json.loads(CONSTANTS_FILE.read_text()).get("gpu") if CONSTANTS_FILE.exists() else None
+    compiled = all(gpu_programs.program_path(r.device, r.model, sequence_of(r), int(r.batch_size),
+                                             r.precision == "fp16", training=True).exists() for r in table.itertuples())
+    return constants if compiled else None
 
 
-def score_gpu_programs(table: pd.DataFrame) -> pd.DataFrame:
+def score_gpu_programs(table: pd.DataFrame, constants: dict) -> pd.DataFrame:
     """Each row's step from XLA:GPU's own train-step program, compiled for the row's GPU at the row's batch (no
     extrapolation), priced with the constants whole_model.py fitted on XLA:GPU's inference programs, and their
     band (nothing fitted on training)."""
     found, model = specs(), fitted_model()
-    constants = json.loads(CONSTANTS_FILE.read_text())["gpu"]
-    low, high = constants["band"]
     out = table.copy()
     predicted, memory = [], []
     for row in table.itertuples():
@@ -112,22 +116,19 @@ def score_gpu_programs(table: pd.DataFrame) -> pd.DataFrame:
         predicted.append(step.seconds)
         memory.append(sum(s for k, s in zip(step.kernels, step.kernel_seconds) if k["kind"] == "memory"))
     out["predicted_s"], out["memory_s"] = predicted, memory
-    out["low_s"], out["high_s"] = out["predicted_s"] * low, out["predicted_s"] * high
-    out["log_error"] = np.log(out["predicted_s"] / out["step_s"])
-    out["covered"] = (out["step_s"] >= out["low_s"]) & (out["step_s"] <= out["high_s"])
-    return out
+    return banded(out, *constants["band"])
 
 
 def gpu_programs_section(table: pd.DataFrame) -> str:
     """The train steps as XLA:GPU compiles them for each row's GPU, scored beside the shipped prediction."""
     title = "## XLA:GPU's own train step (compiled for each row's GPU at its batch, without one)\n\n"
-    if not gpu_programs_ready(table):
+    constants = gpu_program_constants(table)
+    if constants is None:
         return title + "Not scored: not every row's train step is compiled for its GPU (benchmarks/gpu_programs.py " \
                        "--train), or whole_model.py has not fitted its constants.\n"
-    scored = score_gpu_programs(table)
+    scored = score_gpu_programs(table, constants)
     scored.to_csv(HERE / "rows" / "whole_training-gpu-programs.csv", index=False)
     fitted, classifiers = scored[~scored["classifier"]], scored[scored["classifier"]]
-    constants = json.loads(CONSTANTS_FILE.read_text())["gpu"]
     return (title + f"Priced with the constants fitted on XLA:GPU's inference programs (whole_model.py's last "
             f"section) and their band x{constants['band'][0]:.2f}-x{constants['band'][1]:.2f}; nothing fitted on "
             f"training. Per GPU, non-classifier models:\n\n{markdown(summary(fitted, ['device']))}\n"
@@ -157,10 +158,7 @@ def held_out_factor(scored: pd.DataFrame) -> pd.DataFrame:
         factor[rows] = np.exp(np.median(ratio[fitted & ~rows]))
     out["factor"] = factor
     out["predicted_s"] = out["predicted_s"] * factor
-    out["low_s"], out["high_s"] = out["predicted_s"] * WHOLE_BAND[0], out["predicted_s"] * WHOLE_BAND[1]
-    out["log_error"] = np.log(out["predicted_s"] / out["step_s"])
-    out["covered"] = (out["step_s"] >= out["low_s"]) & (out["step_s"] <= out["high_s"])
-    return out
+    return banded(out, *WHOLE_BAND)
 
 
 def extrapolation_check() -> pd.DataFrame:

@@ -184,10 +184,14 @@ def _indexed_reads(body: list[dict[str, Any]], operand_bytes: list[float]) -> li
         index = int(instruction["argument"])
         elements = sliced_elements(instruction["name"]) if 0 <= index < len(out) else None
         if elements is not None:
-            found = SHAPE.search(instruction["shape"])
-            size = DTYPE_BYTES.get(found.group(1), 4) if found else 4
-            out[index] = min(out[index], elements * size)
+            out[index] = min(out[index], _slice_bytes(elements, instruction["shape"]))
     return out
+
+
+def _slice_bytes(elements: float, source_shape: str) -> float:
+    """The bytes of ``elements`` read from an array of ``source_shape``'s type."""
+    found = SHAPE.search(source_shape)
+    return elements * DTYPE_BYTES.get(found.group(1) if found else "", 4)
 
 
 def _trips(attrs: str) -> int:
@@ -225,9 +229,8 @@ def _kernels(computation: str, computations: dict[str, list[dict[str, Any]]], re
         if called:
             operand_bytes = _indexed_reads(computations.get(called.group(1), []), operand_bytes)
         elif opcode in INDEXED and operands:  # a gather on its own reads its rows of operand 0
-            source = SHAPE.search(shapes.get(operands[0], ""))
-            rows = math.prod(dims(instruction["shape"]) or [1]) * DTYPE_BYTES.get(source.group(1) if source else "", 4)
-            operand_bytes[0] = min(operand_bytes[0], rows)
+            rows = math.prod(dims(instruction["shape"]) or [1])
+            operand_bytes[0] = min(operand_bytes[0], _slice_bytes(rows, shapes.get(operands[0], "")))
         moved = out_bytes + sum(operand_bytes)
         if call == "conv":
             found = [dict(cudnn_convolution(instruction, shapes, target(attrs)), bytes=moved)]
