@@ -93,6 +93,71 @@ def test_an_optimised_programs_kernels_are_its_fusions_gemms_and_data_moves():
     assert kernels[6]["hlo"] == "transpose"
 
 
+EPILOGUES = """HloModule e
+
+%fused_bias_gelu (p0: f32[4,8,8,16], p1: f32[16]) -> f32[4,8,8,16] {
+  %p0 = f32[4,8,8,16]{3,2,1,0} parameter(0)
+  %p1 = f32[16]{0} parameter(1)
+  %b = f32[4,8,8,16]{3,2,1,0} broadcast(%p1), dimensions={3}
+  %a = f32[4,8,8,16]{3,2,1,0} add(%p0, %b)
+  %half = f32[] constant(0.5)
+  %h = f32[4,8,8,16]{3,2,1,0} broadcast(%half), dimensions={}
+  %s = f32[4,8,8,16]{3,2,1,0} multiply(%a, %h)
+  %e = f32[4,8,8,16]{3,2,1,0} erf(%s)
+  ROOT %g = f32[4,8,8,16]{3,2,1,0} multiply(%a, %e)
+}
+
+%fused_batchnorm (p0: f32[4,8,8,16], p1: f32[16], p2: f32[16], p3: f32[16]) -> f32[4,8,8,16] {
+  %p0 = f32[4,8,8,16]{3,2,1,0} parameter(0)
+  %p1 = f32[16]{0} parameter(1)
+  %p2 = f32[16]{0} parameter(2)
+  %p3 = f32[16]{0} parameter(3)
+  %r = f32[16]{0} rsqrt(%p2)
+  %g = f32[16]{0} multiply(%r, %p3)
+  %gb = f32[4,8,8,16]{3,2,1,0} broadcast(%g), dimensions={3}
+  %mb = f32[4,8,8,16]{3,2,1,0} broadcast(%p1), dimensions={3}
+  %c = f32[4,8,8,16]{3,2,1,0} subtract(%p0, %mb)
+  %n = f32[4,8,8,16]{3,2,1,0} multiply(%c, %gb)
+  %zero = f32[] constant(0)
+  %z = f32[4,8,8,16]{3,2,1,0} broadcast(%zero), dimensions={}
+  ROOT %o = f32[4,8,8,16]{3,2,1,0} maximum(%n, %z), metadata={op_name="model/bn_1/FusedBatchNormV3"}
+}
+
+%fused_row_scale (p0: f32[4,8,8,16], p1: f32[4,8,8]) -> f32[4,8,8,16] {
+  %p0 = f32[4,8,8,16]{3,2,1,0} parameter(0)
+  %p1 = f32[4,8,8]{2,1,0} parameter(1)
+  %b = f32[4,8,8,16]{3,2,1,0} broadcast(%p1), dimensions={0,1,2}
+  ROOT %d = f32[4,8,8,16]{3,2,1,0} divide(%p0, %b)
+}
+
+ENTRY %main (x: f32[4,8,8,16], k: f32[1,1,16,16], v: f32[16], w: f32[16,16], sums: f32[4,8,8]) -> f32[4,8,8,16] {
+  %x = f32[4,8,8,16]{3,2,1,0} parameter(0)
+  %k = f32[1,1,16,16]{3,2,1,0} parameter(1)
+  %v = f32[16]{0} parameter(2)
+  %one = f32[4,8,8,16]{3,2,1,0} convolution(%x, %k), window={size=1x1}, dim_labels=b01f_01io->b01f
+  %gelu = f32[4,8,8,16]{3,2,1,0} fusion(%one, %v), kind=kLoop, calls=%fused_bias_gelu
+  %two = f32[4,8,8,16]{3,2,1,0} convolution(%gelu, %k), window={size=1x1}, dim_labels=b01f_01io->b01f
+  %bn = f32[4,8,8,16]{3,2,1,0} fusion(%two, %v, %v, %v), kind=kLoop, calls=%fused_batchnorm
+  %w = f32[16,16]{1,0} parameter(3)
+  %sums = f32[4,8,8]{2,1,0} parameter(4)
+  %three = f32[4,8,8,16]{3,2,1,0} dot(%bn, %w), lhs_contracting_dims={3}, rhs_contracting_dims={0}
+  %scaled = f32[4,8,8,16]{3,2,1,0} fusion(%three, %v, %v, %v), kind=kLoop, calls=%fused_batchnorm
+  %four = f32[4,8,8,16]{3,2,1,0} dot(%scaled, %w), lhs_contracting_dims={3}, rhs_contracting_dims={0}
+  ROOT %rows = f32[4,8,8,16]{3,2,1,0} fusion(%four, %sums), kind=kLoop, calls=%fused_row_scale
+}
+"""
+
+
+def test_a_bias_and_activation_fold_into_their_gemm_and_a_batchnorms_per_channel_scale_does_not():
+    # cuDNN's fused convolution and cuBLASLt's epilogues add a per-feature bias and scale by a scalar; a
+    # BatchNorm's per-feature scale after a convolution or a dot stays a pass of its own on a GPU (as XLA:GPU
+    # compiled ResNet-50 for an H200); a scale per row (a softmax's sums) is not per feature.
+    kernels = program_kernels(EPILOGUES)
+    assert [(k["kind"], bool(k.get("epilogue"))) for k in kernels] == [
+        ("conv", False), ("memory", True), ("conv", False), ("memory", False), ("gemm", False), ("memory", False),
+        ("gemm", False), ("memory", True)]
+
+
 def test_the_whole_program_is_priced_with_epilogues_folded_and_each_kernel_has_a_layer():
     t4 = gpu_spec(load_catalog()["t4"])
     kernels = program_kernels(HLO)

@@ -95,10 +95,42 @@ def _compute_inside(name: str, computations: dict[str, list[dict[str, Any]]]) ->
     return out
 
 
-def _elementwise_only(name: str, computations: dict[str, list[dict[str, Any]]]) -> bool:
-    """Whether a fused computation is elementwise work alone (a bias, an activation, a scale): what a GPU
-    library can run as a GEMM's epilogue."""
-    return all(i["opcode"] in ELEMENTWISE for i in computations.get(name, []))
+def _library_epilogue(name: str, computations: dict[str, list[dict[str, Any]]]) -> bool:
+    """Whether a fused computation is what a GPU library runs as a GEMM's epilogue: elementwise work alone (a
+    bias, an activation, a scale, a residual add) that scales nothing per feature.
+
+    cuDNN's fused convolution computes act(alpha * conv + beta * side + bias) with a per-feature bias but scalar
+    alpha and beta, and cuBLASLt's epilogues add a bias and apply an activation: a BatchNorm's per-feature scale
+    after a GEMM stays a pass of its own on a GPU (XLA:GPU folds a convolution's bias into cuDNN and leaves
+    BatchNorm and ReLU to one loop fusion: tests/programs/h200-resnet50-32-fp32.hlo.gz), where a CPU compile fuses
+    them into one loop with the bias. A per-feature vector is an operand with one axis (f32[64], f32[1,1,1,64])
+    broadcast along the output's last axis (Keras's channels-last features); a per-row one (a softmax's sums) is
+    not one and stays folded (docs/predictions.md says why).
+    """
+    body = computations.get(name, [])
+    if not all(i["opcode"] in ELEMENTWISE for i in body):
+        return False
+    kinds: dict[str, str] = {}  # value -> uniform (a scalar), vector (one axis), feature (a vector broadcast), full
+    for instruction in body:
+        opcode, sizes = instruction["opcode"], _sizes(instruction["shape"])
+        rank = len(sizes)
+        found = {kinds.get(o, "full") for o in instruction["operands"] if o in kinds} - {"uniform"}
+        if opcode in ("parameter", "constant"):
+            kind = {0: "uniform", 1: "vector"}.get(sum(size > 1 for size in sizes), "full")
+        elif opcode == "broadcast" and found == {"vector"}:  # one value per feature: along the last axis
+            kind = "feature" if rank > 1 and f"dimensions={{{rank - 1}}}" in instruction["attrs"] else "full"
+        elif opcode in ("multiply", "divide") and "feature" in found and "full" in found:
+            return False  # a full tensor scaled per feature: a BatchNorm's scale
+        else:  # computed from scalars alone, from per-feature values alone (a rsqrt, a cast), or full
+            kind = found.pop() if len(found) == 1 else "uniform" if not found else "full"
+        kinds[instruction["name"]] = kind
+    return True
+
+
+def _sizes(shape: str) -> list[int]:
+    """The dimensions of one array shape ([] for a scalar; a tuple's read as a full tensor's)."""
+    found = SHAPE.search(shape)
+    return [int(d) for d in found.group(2).split(",") if d] if found and not shape.startswith("(") else [0, 0]
 
 
 def _value_key(instruction: dict[str, Any]) -> tuple[str, str, str] | None:
@@ -248,7 +280,7 @@ def _kernels(computation: str, computations: dict[str, list[dict[str, Any]]], re
         if not found:
             kernel: dict[str, Any] = {"kind": "memory", "flops": 0.0, "bytes": moved}
             largest = max(operands, key=lambda o: shape_bytes(shapes.get(o, "")), default="")
-            if (called and produced.get(largest) and _elementwise_only(called.group(1), computations)
+            if (called and produced.get(largest) and _library_epilogue(called.group(1), computations)
                     and shape_bytes(shapes.get(largest, "")) == shape_bytes(instruction["shape"])):
                 kernel["epilogue"] = True  # reads a GEMM's output and writes its size: foldable into the GEMM
             found = [kernel]
