@@ -61,7 +61,7 @@ LAYER_BAND_PERCENT = round(TARGET_COVERAGE * 100)  # every other prediction's ba
 # A train step's whole-model prediction uses the same inference-fitted constants and band; against published
 # single-GPU training throughput it reads slow (benchmarks/whole_training.md), and its method says so.
 TRAINING_CAVEAT = (" (fitted on inference; train steps checked against published training runs read 1.2x slow "
-                   "at the median, FP32 BERT 0.76-0.95x, ResNet-50 in half precision 2x: benchmarks/whole_training.md)")
+                   "at the median, FP32 BERT 0.76-0.95x, ResNet-50 in half precision 2.1-2.2x: benchmarks/whole_training.md)")
 METHOD = "GPU model of the fused whole-model program"
 
 
