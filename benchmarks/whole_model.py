@@ -296,7 +296,6 @@ def deviceless_check() -> str:
             + markdown(pd.DataFrame(rows)))
 
 
-
 def h200_measured_check() -> str:
     """ResNet-50's whole model as the H200 machine measured it (profiles/h200/resnet50), against the shipped
     prediction from this CPU's program (epilogues folded) and the H200's own program priced the same way."""

@@ -113,10 +113,11 @@ def _library_epilogue(name: str, computations: dict[str, list[dict[str, Any]]]) 
     kinds: dict[str, str] = {}  # value -> uniform (a scalar), vector (one axis), feature (a vector broadcast), full
     for instruction in body:
         opcode, sizes = instruction["opcode"], _sizes(instruction["shape"])
-        rank = len(sizes)
-        found = {kinds.get(o, "full") for o in instruction["operands"] if o in kinds} - {"uniform"}
+        rank = len(sizes) if sizes is not None else -1
+        found = {kinds[o] for o in instruction["operands"] if o in kinds} - {"uniform"}
         if opcode in ("parameter", "constant"):
-            kind = {0: "uniform", 1: "vector"}.get(sum(size > 1 for size in sizes), "full")
+            axes = sum(size > 1 for size in sizes) if sizes is not None else None
+            kind = {0: "uniform", 1: "vector"}.get(axes, "full")
         elif opcode == "broadcast" and found == {"vector"}:  # one value per feature: along the last axis
             kind = "feature" if rank > 1 and f"dimensions={{{rank - 1}}}" in instruction["attrs"] else "full"
         elif opcode in ("multiply", "divide") and "feature" in found and "full" in found:
@@ -127,10 +128,10 @@ def _library_epilogue(name: str, computations: dict[str, list[dict[str, Any]]]) 
     return True
 
 
-def _sizes(shape: str) -> list[int]:
-    """The dimensions of one array shape ([] for a scalar; a tuple's read as a full tensor's)."""
+def _sizes(shape: str) -> list[int] | None:
+    """The dimensions of one array shape ([] for a scalar; None for a tuple)."""
     found = SHAPE.search(shape)
-    return [int(d) for d in found.group(2).split(",") if d] if found and not shape.startswith("(") else [0, 0]
+    return [int(d) for d in found.group(2).split(",") if d] if found and not shape.startswith("(") else None
 
 
 def _value_key(instruction: dict[str, Any]) -> tuple[str, str, str] | None:

@@ -135,7 +135,7 @@ def predict_whole(kernels: list[dict[str, Any]], spec: GpuSpec, precision: str, 
     launch cost, at ``sustained_clock``, TF32 work at ``tf32_efficiency`` of its peak (see the constants above).
 
     With ``fold_epilogues``, an elementwise pass that only reads a convolution's or GEMM's output (its bias,
-    activation, a scalar scale; not a BatchNorm's per-channel scale) is run as that GEMM's epilogue, as a GPU's
+    activation, a scalar scale; not a BatchNorm's per-feature scale) is run as that GEMM's epilogue, as a GPU's
     libraries do (cuDNN's fused convolution-bias-activation, cuBLASLt's epilogues; XLA's GPU backend rewrites to
     them) and a CPU compile does not: it costs nothing more than the GEMM's own write.
     """
