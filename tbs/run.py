@@ -20,6 +20,7 @@ import numpy as np
 
 from tbs import backends
 from tbs.backends.base import Device, select
+from tbs.backends.hlo_kernels import KERNEL_RULES
 from tbs.backends.host import host_info, now_iso
 from tbs.checks import is_path
 from tbs.cost.reprice import row_pricer
@@ -216,6 +217,7 @@ class Run:
             "prices_usd_per_hour": o.prices, "host": host_info(), "versions": env["versions"],
             "settings": env["settings"], "timing": asdict(o.timing), "xla": env["xla"],
             "command": list(sys.argv), "started": now_iso(), "backend": self.backend, "dedupe": o.measure.dedupe,
+            "kernel_rules": KERNEL_RULES,
             **({"samples": o.dataset_size} if o.dataset_size is not None else {}),
             **({"training": dict(self.training.as_dict(o.measure.seed), backward_method=self.devices[0].backward_method)}
                if self.training is not None else {}),

@@ -55,7 +55,8 @@ Format history (``FORMAT_VERSION``, written to ``metadata.json`` as ``tbs_profil
   and ``traced_calls``. All are derived from ops.csv when a profile is read (tbs.measure.in_context).
   metadata.json's ``transfers`` gain ``points`` (each timed copy size's median seconds), through which a copy
   is priced (beyond the smallest timed copy's time); a fit without them is priced through its raw samples in
-  transfers.csv, else its line.
+  transfers.csv, else its line. metadata.json's ``kernel_rules`` says what analysis.csv's kernels' ``epilogue``
+  flags mean (tbs.backends.hlo_kernels.KERNEL_RULES; absent: 1, a BatchNorm's scale folded into its convolution).
 """
 
 from __future__ import annotations
@@ -298,6 +299,8 @@ class Metadata:
     graph: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # batch -> edges
     transfers: dict[str, TransferFit] = field(default_factory=dict)  # "src->dst" -> fitted copy cost
     host_device: str | None = None
+    # What analysis.csv's kernels' epilogue flags mean (tbs.backends.hlo_kernels.KERNEL_RULES); absent: 1
+    kernel_rules: int | None = None
     harness_overhead: dict[str, dict[str, float]] = field(default_factory=dict)  # device@batch -> harness cost
     sampled_in_chunks: dict[str, int] = field(default_factory=dict)  # device@batch -> chunks (big models)
     environments: list[dict[str, Any]] = field(default_factory=list)  # merged or cluster: each machine's

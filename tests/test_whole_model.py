@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from keras_models import keras, layers
-from tbs.backends.hlo_kernels import program_kernels, shape_bytes
+from tbs.backends.hlo_kernels import KERNEL_RULES, program_kernels, shape_bytes
 from tbs.predictions.catalog import load_catalog
 from tbs.predictions.gpu_predict import gpu_spec
 from tbs.predictions.reference import fitted_model
@@ -402,6 +402,13 @@ def test_a_profile_records_its_whole_program_and_a_gpu_is_predicted_from_it(tmp_
     assert "t4 share of model" in text and "whole model time per sample [95% band]" in text
     page = tbs.render(predicted, "html")
     assert "t4 share of model" in page and "GPU model of the fused whole-model program</li>" in page
+    # A profile whose kernels an older tbs read (no kernel_rules: a BatchNorm folded into its convolution) says so
+    assert loaded.meta.kernel_rules == KERNEL_RULES
+    older = dict(loaded.metadata)
+    del older["kernel_rules"]
+    old = tbs.predict(loaded.__class__(**{**loaded.__dict__, "metadata": older}), "t4").predictions
+    assert "recorded by an older tbs" in old[old["target"] == "model"].iloc[0]["method"]
+    assert "older tbs" not in whole["method"]
     without = tbs.predict(loaded.__class__(**{**loaded.__dict__, "analysis": loaded.analysis.drop(columns="kernels")}),
                           "t4").predictions
     fallback = without[without["target"] == "model"].iloc[0]
@@ -486,7 +493,8 @@ def test_a_train_steps_whole_model_prediction_says_its_band_was_fitted_on_infere
     spec, model = gpu_spec(load_catalog()["t4"]), fitted_model()
     for mode in ("inference", "training"):
         profile = SimpleNamespace(analysis=pd.DataFrame([{"target": "model", "device": "cpu:0", "mode": mode,
-                                                         "batch_size": 4, "kernels": kernels}]))
+                                                         "batch_size": 4, "kernels": kernels}]),
+                                  meta=SimpleNamespace(kernel_rules=KERNEL_RULES))
         summed = {"batch_size": 4, "mode": mode, "median_s": 1e-4, "method": "sum"}
         row = _fused_row(profile, "cpu:0", summed, [], spec, "fp32", model)
         assert ("fitted on inference" in row["method"]) == (mode == "training"), row["method"]

@@ -36,6 +36,10 @@ from typing import Any
 from tbs.backends.hlo_gemms import (DTYPE_BYTES, SHAPE, convolution, cudnn_convolution, dims, dot, library,
                                    library_output_bytes, shape_bytes, target)
 
+# What a kernel's ``epilogue`` flag means, recorded in a profile's metadata (``kernel_rules``): 2 (since
+# 2026-11-27) an elementwise pass after a GEMM that scales nothing per feature (_library_epilogue); 1 (profiles
+# without the key) any elementwise pass after a GEMM, a BatchNorm's per-feature scale included.
+KERNEL_RULES = 2
 FREE = {"parameter", "constant", "bitcast", "tuple", "get-tuple-element", "after-all", "partition-id", "replica-id",
         "iota", "opt-barrier", "add-dependency"}  # nothing launched (an iota is folded into its user)
 CONTROL = {"while", "conditional", "call"}

@@ -60,7 +60,7 @@ class Collector:
         """A node's metadata merged into the cluster profile's: its devices, fits and environment named by group."""
         m, meta = self.store.metadata, Metadata.from_dict(node_metadata)
         for key in ("model", "inputs", "input_source", "seed", "mode", "batch_sizes", "layers", "graph",
-                    "training", "timing", "xla", "backend", "tbs_profile_version", "tbs_version"):
+                    "training", "timing", "xla", "backend", "tbs_profile_version", "tbs_version", "kernel_rules"):
             if key in node_metadata and not m.get(key):
                 m[key] = node_metadata[key]
         devices = [d for d in m.get("devices", []) if not str(d.get("name", "")).startswith(f"{group}/")]

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tbs.backends.hlo_kernels import KERNEL_RULES
 from tbs.predictions import whole
 from tbs.predictions.catalog import CatalogDevice
 from tbs.predictions.bands import regime
@@ -104,6 +105,15 @@ def _program_kernels(profile: Profile, device: str, batch: int, mode: str) -> li
     return None if not found or any(k is None for k in found) else [k for part in found for k in part]
 
 
+def _older_kernels(profile: Profile) -> str:
+    """What a whole-model prediction says where the profile's kernels were read by an older rule
+    (tbs.backends.hlo_kernels.KERNEL_RULES), which folded a BatchNorm's per-feature scale into its convolution."""
+    if (profile.meta.kernel_rules or 1) >= KERNEL_RULES:
+        return ""
+    return ("; its kernels were recorded by an older tbs, which folded a BatchNorm after a convolution into it "
+            "(a GPU runs it as a pass of its own; it reads fast where a model has BatchNorm): re-run tbs profile")
+
+
 def _fused_row(profile: Profile, source_device: str, summed: dict[str, Any], layer_rows: list[dict[str, Any]],
                spec: GpuSpec, precision: str, model: GpuModel) -> dict[str, Any]:
     """The whole model from its compiled program's kernels where the profile has them (else the sum, as it was);
@@ -136,7 +146,8 @@ def _fused_row(profile: Profile, source_device: str, summed: dict[str, Any], lay
                                f"outside the program)"
                                f"{' + the host-only layers measured on the CPU' if host else ''} "
                                f"(the sum of the isolated layers' predictions: {summed['median_s'] * 1e3:.3g} ms); "
-                               f"{whole.BAND_PERCENT}% band{whole.TRAINING_CAVEAT if mode == 'training' else ''}",
+                               f"{whole.BAND_PERCENT}% band{whole.TRAINING_CAVEAT if mode == 'training' else ''}"
+                               f"{_older_kernels(profile)}",
                 median_s=seconds, low_s=found.seconds * low + host, high_s=found.seconds * high + host,
                 per_sample_s=seconds / batch, in_model_s=seconds, model_share=1.0)
 

@@ -207,6 +207,7 @@ def merge_profiles(profiles: list[Profile]) -> Profile:
                                                               "backend", "status")})
     metadata = dict(first.metadata, **per_device, devices=devices, devices_missing=missing, environments=environments,
                     merged_from=[str(p.directory) for p in profiles], status=_merged_status(profiles),
+                    kernel_rules=min(p.meta.kernel_rules or 1 for p in profiles),  # the oldest reading of any
                     batch_sizes=sorted({b for p in profiles for b in p.meta.batch_sizes}))
     return Profile(directory=first.directory, metadata=metadata,
                    **{name: pd.concat([f for f in parts if len(f)] or parts[:1], ignore_index=True)
