@@ -48,6 +48,23 @@ def test_cells_are_written_as_they_finish_and_resume_skips_them(tmp_path):
     assert set(samples["layer"]) == {"a"}  # b's orphan samples were dropped, b will be re-measured
 
 
+
+def test_a_resume_keeps_the_oldest_reading_of_the_kernels_it_holds(tmp_path):
+    # Kernels recorded by an older tbs (no kernel_rules: a BatchNorm folded into its convolution) stay marked so
+    # when a newer tbs finishes the profile; a profile with no kernels yet takes the new reading.
+    analysis = [{"target": "model", "layer": MODEL_LAYER, "device": "cpu:0", "batch_size": 8, "mode": "inference",
+                 "phase": "forward", "kernels": '[{"kind": "memory", "bytes": 8.0, "epilogue": true}]'}]
+    for cells, expected in (([analysis], 1), ([], 2)):
+        directory = tmp_path / str(expected)
+        store = ProfileStore(directory)
+        store.create({"model": {"sha256": "abc"}})
+        for rows in cells:
+            store.add_cell(cell_key("model", MODEL_LAYER, "cpu:0", 8, "inference"), _row(MODEL_LAYER),
+                           _samples("model", MODEL_LAYER), rows)
+        store.update_metadata(status="interrupted")
+        ProfileStore(directory).resume({"model": {"sha256": "abc"}, "kernel_rules": 2})
+        assert load_profile(directory).meta.kernel_rules == expected
+
 def test_resume_refuses_another_model(tmp_path):
     store = ProfileStore(tmp_path / "p")
     store.create({"model": {"sha256": "abc"}})

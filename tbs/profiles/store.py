@@ -312,6 +312,9 @@ def _resumed_metadata(old: Profile, metadata: dict[str, Any]) -> dict[str, Any]:
         structure = old.metadata.get(key) or metadata.get(key)
         if structure:
             merged[key] = structure
+    analysis = old.analysis
+    if "kernel_rules" in metadata and len(analysis) and "kernels" in analysis and analysis["kernels"].notna().any():
+        merged["kernel_rules"] = min(old.meta.kernel_rules or 1, metadata["kernel_rules"])  # the oldest reading kept
     merged["resumed"] = int(old.meta.resumed or 0) + 1
     merged["status"] = ProfileStatus.RUNNING.value
     merged.pop("error", None)
