@@ -18,6 +18,7 @@ about 20 minutes, else it says they are missing)
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections import Counter
@@ -265,19 +266,25 @@ def scored_section(table: pd.DataFrame, model: GpuModel, source: str) -> tuple[p
 H200_PROFILES = {"resnet50": ("resnet50", None), "bert_encoder": ("bert_base", 128)}
 
 
+@functools.cache
+def h200_programs(folder: str) -> dict[int, list[dict]]:
+    """The kernels of each whole-model program the H200 machine compiled for itself, by batch (profiles/h200/
+    ``folder``/inference: its model rows' analysis, read when it measured them)."""
+    analysis = pd.read_csv(HERE.parent / "profiles" / "h200" / folder / "inference" / "analysis.csv")
+    mine = analysis[(analysis["target"] == "model") & analysis["device"].str.startswith("gpu")]
+    return {int(row.batch_size): json.loads(row.kernels) for row in mine.itertuples()}
+
+
 def deviceless_check() -> str:
     """XLA:GPU's programs compiled here for the H200 without one, against the programs the H200 machine compiled
     for itself (profiles/h200/*/inference)."""
     title = "## Check: a deviceless compile against the GPU's own\n\n"
     rows = []
     for model, (folder, sequence) in H200_PROFILES.items():
-        analysis = pd.read_csv(HERE.parent / "profiles" / "h200" / folder / "inference" / "analysis.csv")
-        mine = analysis[(analysis["target"] == "model") & analysis["device"].str.startswith("gpu")]
-        for row in mine.itertuples():
-            batch = int(row.batch_size)
+        for batch, own in h200_programs(folder).items():
             if not gpu_programs.program_path("h200", model, sequence, batch, False).exists():
                 continue
-            own, here = json.loads(row.kernels), gpu_programs.gpu_kernels("h200", model, sequence, batch, False)
+            here = gpu_programs.gpu_kernels("h200", model, sequence, batch, False)
             counts = [Counter(k["kind"] for k in program) for program in (own, here)]
             memory = [sum(k["bytes"] for k in program if k["kind"] == "memory") / 1e6 for program in (own, here)]
             flops = [sum(k["flops"] for k in program) / 1e9 for program in (own, here)]
@@ -302,18 +309,15 @@ def h200_measured_check() -> str:
     from tbs.predictions.gpu_predict import precision_of
     from tbs.predictions.whole import predict_whole
 
-    folder = HERE.parent / "profiles" / "h200" / "resnet50" / "inference"
-    measured = pd.read_csv(folder / "model.csv")
-    analysis = pd.read_csv(folder / "analysis.csv")
+    measured = pd.read_csv(HERE.parent / "profiles" / "h200" / "resnet50" / "inference" / "model.csv")
+    programs = h200_programs("resnet50")
     target = load_catalog()["h200"]
     spec, precision, model = gpu_spec(target), precision_of(target), fitted_model()
     rows = []
     for row in measured[measured["device"] == "gpu:0"].itertuples():
         batch = int(row.batch_size)
-        own = analysis[(analysis["target"] == "model") & (analysis["device"] == "gpu:0")
-                       & (analysis["batch_size"] == batch)]["kernels"]
         cpu = predict_whole(whole_models.kernels("resnet50", None, batch, False), spec, precision, model, 0.0)
-        gpu = predict_whole(json.loads(own.iloc[0]), spec, precision, model, 0.0) if len(own) else None
+        gpu = predict_whole(programs[batch], spec, precision, model, 0.0) if batch in programs else None
         rows.append({"batch": batch, "measured ms": f"{row.median_s * 1e3:.3g}",
                      "from this CPU's program ms (x measured)": f"{cpu.seconds * 1e3:.3g} "
                                                                  f"(x{cpu.seconds / row.median_s:.2f})",

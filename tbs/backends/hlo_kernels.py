@@ -116,11 +116,11 @@ def _library_epilogue(name: str, computations: dict[str, list[dict[str, Any]]]) 
         return False
     kinds: dict[str, str] = {}  # value -> uniform (a scalar), vector (one axis), feature (a vector broadcast), full
     for instruction in body:
-        opcode, sizes = instruction["opcode"], _sizes(instruction["shape"])
-        rank = len(sizes) if sizes is not None else -1
+        opcode, sizes = instruction["opcode"], dims(instruction["shape"])
+        rank = len(sizes)
         found = {kinds[o] for o in instruction["operands"] if o in kinds} - {"uniform"}
         if opcode in ("parameter", "constant"):
-            axes = sum(size > 1 for size in sizes) if sizes is not None else None
+            axes = None if instruction["shape"].startswith("(") else sum(size > 1 for size in sizes)  # a tuple: full
             kind = {0: "uniform", 1: "vector"}.get(axes, "full")
         elif opcode == "broadcast" and found == {"vector"}:  # one value per feature: along the last axis
             kind = "feature" if rank > 1 and f"dimensions={{{rank - 1}}}" in instruction["attrs"] else "full"
@@ -130,12 +130,6 @@ def _library_epilogue(name: str, computations: dict[str, list[dict[str, Any]]]) 
             kind = found.pop() if len(found) == 1 else "uniform" if not found else "full"
         kinds[instruction["name"]] = kind
     return True
-
-
-def _sizes(shape: str) -> list[int] | None:
-    """The dimensions of one array shape ([] for a scalar; None for a tuple)."""
-    found = SHAPE.search(shape)
-    return [int(d) for d in found.group(2).split(",") if d] if found and not shape.startswith("(") else None
 
 
 def _value_key(instruction: dict[str, Any]) -> tuple[str, str, str] | None:
@@ -285,8 +279,9 @@ def _kernels(computation: str, computations: dict[str, list[dict[str, Any]]], re
         if not found:
             kernel: dict[str, Any] = {"kind": "memory", "flops": 0.0, "bytes": moved}
             largest = max(operands, key=lambda o: shape_bytes(shapes.get(o, "")), default="")
-            if (called and produced.get(largest) and _library_epilogue(called.group(1), computations)
-                    and shape_bytes(shapes.get(largest, "")) == shape_bytes(instruction["shape"])):
+            if (called and produced.get(largest)
+                    and shape_bytes(shapes.get(largest, "")) == shape_bytes(instruction["shape"])
+                    and _library_epilogue(called.group(1), computations)):
                 kernel["epilogue"] = True  # reads a GEMM's output and writes its size: foldable into the GEMM
             found = [kernel]
         for kernel in found:
