@@ -240,3 +240,14 @@ def test_a_profile_measured_again_is_verified_again_and_the_earlier_verify_kept_
     assert (here / f"verify.json{drive.SET_ASIDE}").read_text() == '{"run": 1}'
     with tarfile.open(tmp_path / "out" / "profiles-examples.tar.gz") as tar:  # packed after the step
         assert {"h200/cnn_flowers/verify.json", f"h200/cnn_flowers/verify.json{drive.SET_ASIDE}"} <= set(tar.getnames())
+
+
+def test_only_picks_whole_steps_or_single_profiles_of_a_step(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # a session's last minutes on the GPU: two profiles of examples/training and one whole step, not cnn_flowers'
+    assert drive.main(["--plan", "--work", str(tmp_path), "--only",
+                       "rnn_sa/training,lstm_sunspots/training,efficientnetb0/inference"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    steps = {r[0]: r for r in rows if r and r[0] in {"build", "examples/training", "efficientnetb0/inference"}}
+    assert set(steps) == {"build", "examples/training", "efficientnetb0/inference"}
+    assert " ".join(steps["examples/training"][-2:]) == "rnn_sa, lstm_sunspots"
+    assert not any(r and r[0] in {"trace-check", "cnn_flowers/inference", "cpu-extras"} for r in rows)

@@ -105,6 +105,11 @@ class Settings:
     prices: dict[str, float] = field(default_factory=dict)
     budget_scale: float = 1.0
     earlier: Path | None = None  # --resume-from: an earlier run's profiles (<model>/<mode>/), finished here
+    only: frozenset[str] = frozenset()  # --only: step or profile names (model/mode); empty: every one
+
+    def wanted(self, part: str, step: str) -> bool:
+        """Whether --only keeps profile ``part`` of ``step`` (named itself, or its whole step named)."""
+        return not self.only or part in self.only or step in self.only
 
     @property
     def devices(self) -> str:
@@ -186,7 +191,7 @@ def _profile(s: Settings, model: str, mode: str, devices: str, sizes: tuple[int,
 def _together(s: Settings, name: str, parts: list[Step | None], note: str = "") -> Step | None:
     """Several profiles in one process (one start-up), each on its own budget (benchmarks/gpu/in_one_process.py);
     None where the earlier run finished every one."""
-    parts = [p for p in parts if p is not None]
+    parts = [p for p in parts if p is not None and s.wanted(p.name, name)]
     if not parts:
         return None
     note = note or ", ".join(p.name.split("/")[0] for p in parts)
@@ -359,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"the whole run's budget (default {TOTAL_S:g} s, times --budget-scale)")
     parser.add_argument("--budget-scale", type=float, default=None,
                         help=f"multiply every step's budget (default 1, {DRY_BUDGET_SCALE:g} with --dry-run)")
-    parser.add_argument("--only", default=None, help="comma-separated step names (default: every step)")
+    parser.add_argument("--only", default=None, help="comma-separated step names, or profiles of a step (rnn_sa/training); "
+                                                        "default: every step")
     parser.add_argument("--resume-from", type=Path, default=None,
                         help="where earlier runs' profiles are (profiles): those of this GPU (profiles/h200 on an "
                              "H200) that finished are left out, the others resumed (tbs profile --resume) and packed "
@@ -382,11 +388,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no earlier profiles of this GPU in {earlier}: every step from the start", flush=True)
         earlier = None
     s = Settings(args.dry_run, work, gpu, catalog_prices(args.dry_run, gpu), scale,
-                 earlier.resolve() if earlier else None)
-    steps = plan(s)
-    if args.only:
-        wanted = set(args.only.split(","))
-        steps = [st for st in steps if st.name in wanted or st.name == "build"]
+                 earlier.resolve() if earlier else None, frozenset(args.only.split(",")) if args.only else frozenset())
+    steps = [st for st in plan(s) if st.name == "build" or s.wanted(st.name, st.name)
+             or any(s.wanted(name, st.name) for name, _ in st.parts)]
     print(plan_text(steps, s, total_s), flush=True)
     if args.plan:
         return 0
