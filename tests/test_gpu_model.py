@@ -13,7 +13,7 @@ import pytest
 import tbs
 from tbs.predictions.catalog import load_catalog
 from tbs.predictions.gpu_fit import fit
-from tbs.predictions.gpu_model import GpuModel, GpuSpec, frame_of, predict_frame
+from tbs.predictions.gpu_model import PROGRAM_KERNEL_S, GpuModel, GpuSpec, frame_of, predict_frame
 from tbs.predictions.gpu_predict import gpu_spec, precision_of
 from tbs.predictions.work import CONV, GEMM, MEMORY, RECURRENT, Work, work_of
 from tbs.schema import LayerRecord
@@ -195,6 +195,28 @@ def test_a_recurrent_loop_pays_its_launches_every_step():
     model = GpuModel()
     assert seconds(loop, spec, model=model) - seconds(fused, spec, model=model) == pytest.approx(
         100 * (3 * model.launch_s - model.fused_step_s), rel=1e-6)
+
+
+def test_a_fused_step_costs_less_on_more_sms_and_clock_and_a_compiled_loop_launches_as_a_program_does():
+    # DeepBench's 256-unit LSTMs: 60-85 us a step on Maxwell, 27-33 on a V100; the H200 measured 16-27 for 32-128
+    small = Work(RECURRENT, 1e6, 1e5, m=32, n=512, k=128, steps=300, input_gemm=None, fused=True)
+    model = GpuModel(fused_step_s=4e-5, step_exponent=0.7, launch_s=1.6e-5)
+    v100 = GpuSpec("v100ish", 80, {"fp32": 1.5e13}, 9e11, boost_clock_hz=1.53e9)
+    twice = replace(v100, sm_count=160)
+    flat = replace(model, step_exponent=0.0)
+    assert seconds(small, v100, model=model) == pytest.approx(seconds(small, v100, model=flat))  # the reference GPU
+    assert seconds(small, twice, model=model) - seconds(small, twice, model=flat) == pytest.approx(
+        300 * 4e-5 * (2 ** -0.7 - 1), rel=1e-6)  # twice the SMs: each step's own cost times 2^-0.7
+    undated = replace(twice, boost_clock_hz=None)  # no clock in the datasheet: the reference GPU's step
+    assert seconds(small, undated, model=model) == pytest.approx(seconds(small, undated, model=flat))
+    loop = replace(small, fused=False)
+    compiled = replace(loop, in_program=True)
+    saved = seconds(loop, v100, model=model) - seconds(compiled, v100, model=model)
+    assert saved == pytest.approx(300 * 3 * (model.launch_s - PROGRAM_KERNEL_S), rel=1e-6)
+    simple_rnn = LayerRecord(name="r", type="SimpleRNN", category="rnn", input_shapes=[[None, 28, 28]],
+                             output_shapes=[[None, 128]])
+    assert work_of(simple_rnn, "rnn", 1e6, 1e5, 32, "jax").in_program  # Keras on JAX: a lax.scan, compiled
+    assert not work_of(simple_rnn, "rnn", 1e6, 1e5, 32, "tensorflow").in_program  # a tf.while_loop's kernels
 
 
 def test_the_fit_recovers_known_constants_and_bands_cover_the_noise():

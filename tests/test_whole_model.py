@@ -537,3 +537,29 @@ def test_a_train_steps_kernels_extrapolated_in_batch_keep_the_optimizers_update_
     assert total("softmax/Sum") == pytest.approx(21.6e3)
     assert total("") == pytest.approx(5e3 + (10e3 - 5e3) * 23)  # the split pass: its totals extrapolated together
     assert min(k["bytes"] for k in grown) > 0
+
+
+def test_a_recurrent_layer_in_the_whole_model_is_priced_as_its_gpu_kernel_not_the_cpu_programs_loop():
+    from tbs.predictions.whole import without_layers
+    names = ["lstm", "dense"]
+    kernels = [{"kind": "memory", "bytes": 1e6, "op": "jit(pure)/m/lstm/transpose"},
+               {"kind": "memory", "bytes": 8.0, "op": ""},  # before the loop: not the loop's own
+               {"kind": "gemm", "m": 32, "n": 512, "k": 128, "flops": 4e6, "bytes": 3e5, "repeat": 300,
+                "op": "jit(pure)/m/lstm/while/body/closed_call/lstm_cell/dot_general"},
+               {"kind": "memory", "bytes": 8.0, "op": "", "repeat": 300},  # the loop's counter: no layer's name
+               {"kind": "memory", "bytes": 9e6, "op": "jit(pure)/m/lstm/while/body/dynamic_update_slice", "repeat": 300},
+               {"kind": "gemm", "m": 32, "n": 1, "k": 128, "flops": 8e3, "bytes": 1e4, "op": "jit(pure)/m/dense/dot"},
+               {"kind": "memory", "bytes": 8.0, "op": "", "repeat": 4}]  # another loop's, after another layer's
+    kept = without_layers(kernels, ["lstm"], names)
+    assert kept == [kernels[1], kernels[5], kernels[6]]
+    assert without_layers(kernels, [], names) == kernels
+    import tbs
+    from conftest import ROOT
+    predicted = tbs.predict(ROOT / "profiles" / "cpu" / "rnn_sa" / "inference", ["h200"]).predictions
+    for batch, rows in predicted.groupby("batch_size"):
+        model = rows[rows["layer"] == "(model)"].iloc[0]
+        lstm = rows[rows["layer"] == "lstm"].iloc[0]
+        assert "lstm priced as the layer" in model["method"]
+        assert "older tbs" not in model["method"]  # recorded before kernel_rules, but no BatchNorm to fold
+        assert lstm["median_s"] < model["median_s"] < 1.5 * lstm["median_s"]  # the rest is a few small Denses
+        assert lstm["in_model_s"] == lstm["median_s"] and model["low_s"] < model["median_s"] < model["high_s"]

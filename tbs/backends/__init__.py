@@ -89,6 +89,13 @@ def fused_gpu_rnn_types(name: str) -> tuple[str, ...]:
     return row.fused_gpu_rnn if row else ()
 
 
+def compiles_every_program(name: str) -> bool:
+    """Whether ``name`` runs every program compiled (XLA), so a recurrent loop's kernels are launched by the
+    program itself, back to back, not one by one by the framework."""
+    row = REGISTRY.get(name)
+    return bool(row and row.always_xla)
+
+
 def installed(name: str) -> str | None:
     """Why a backend cannot be used here, or None if it can."""
     row = backend(name)

@@ -52,6 +52,10 @@ PEAK_OF = {"mixed": "fp16", "bf16": "fp16"}  # fp16 inputs, fp32 accumulation: t
 # The reference source whose timing and libraries a tbs prediction is priced as: PyTorch 2.1 / CUDA 12.1, the
 # libraries a current framework runs (the other sources' offsets from it are fitted: GpuModel.source_log_scale).
 REFERENCE_SOURCE = "neusight"
+STEP_REFERENCE_SM_HZ = 80 * 1.53e9  # a V100's SMs x boost clock: where a fused RNN step costs fused_step_s
+# What a kernel of a compiled program costs beyond its work: launched back to back by the program, not one by one
+# between CUDA events (launch_s). Fitted on published whole-model latencies (tbs.predictions.whole.KERNEL_S).
+PROGRAM_KERNEL_S = 6.08e-06
 SCALE_ROUNDS = 10  # alternating medians for the architecture and source offsets
 # A reference row's harness, not its kernel: the framework's call floor and what sizes it (never in a tbs prediction).
 HARNESS_COLUMNS = ("framework_overhead", "call", "calls_before")
@@ -96,7 +100,10 @@ class GpuModel:
     tile_exponent: float = 0.3
     launch_s: float = 5e-6
     memory_efficiency: float = 0.8
-    fused_step_s: float = 2e-6
+    fused_step_s: float = 2e-6  # a fused (cuDNN) RNN step's own cost, on a GPU of STEP_REFERENCE_SM_HZ
+    # ... which falls with the GPU's SMs x clock to this power: DeepBench's 256-unit LSTMs take 60-85 us a step on
+    # Maxwell, 15-60 on Pascal, 27-33 on a V100, and tbs's own H200 measured 16-27 us for 32-128 units.
+    step_exponent: float = 0.5
     sustained_clock: float = 0.6  # where between base and boost clock a GPU runs long GEMMs
     # Data that fits in L2 moves at this many bytes per SM per boost-clock cycle (never slower than DRAM).
     l2_bytes_per_clock_per_sm: float = 16.0
@@ -321,7 +328,9 @@ def _size_correction(frame: pd.DataFrame, model: GpuModel) -> np.ndarray:
 
 
 def offset_group(kind: np.ndarray) -> np.ndarray:
-    return np.where(kind == MEMORY, "memory", "compute")
+    """Kinds that share an architecture's offset. A recurrent step's own cost (cuDNN's per-step work, which
+    ``step_exponent`` scales) is not its GEMMs' efficiency, so RNNs keep an offset of their own."""
+    return np.select([kind == MEMORY, kind == RECURRENT], ["memory", "recurrent"], "compute")
 
 
 def _offset_log_scale(frame: pd.DataFrame, model: GpuModel) -> np.ndarray:
@@ -339,7 +348,13 @@ def _recurrent_seconds(frame: pd.DataFrame, phase: np.ndarray, seconds: dict[str
     """An RNN: the inputs' projection at once, then ``steps`` sequential step GEMMs (forward, or dX backward),
     each at least the time to read the recurrent weights again; the weights' gradient is one GEMM over every step."""
     steps = frame["steps"].to_numpy(dtype=float)
-    per_step = np.where(frame["fused"].to_numpy(dtype=bool), model.fused_step_s, LOOP_KERNELS_PER_STEP * model.launch_s)
+    sm_hz = frame["sm_count"].to_numpy(dtype=float) * frame["boost_clock_hz"].to_numpy(dtype=float)
+    known = np.isfinite(sm_hz) & (sm_hz > 0)  # a GPU without a clock in its datasheet: the reference's step
+    fused_step = model.fused_step_s * np.where(known, np.where(known, sm_hz, 1.0) / STEP_REFERENCE_SM_HZ, 1.0) \
+        ** -model.step_exponent
+    in_program = frame["in_program"].to_numpy(dtype=bool) if "in_program" in frame else np.zeros(len(frame), bool)
+    loop_step = LOOP_KERNELS_PER_STEP * np.where(in_program, np.minimum(PROGRAM_KERNEL_S, model.launch_s), model.launch_s)
+    per_step = np.where(frame["fused"].to_numpy(dtype=bool), fused_step, loop_step)
     projected = frame["in_m"].to_numpy(dtype=float) > 0  # else the inputs' projection was not timed
     forward = model.launch_s + projected * seconds["projection"] + steps * (per_step + seconds["step_forward"])
     grad_data = model.launch_s + projected * seconds["projection_grad_x"] + steps * (per_step + seconds["step_grad_x"])

@@ -108,8 +108,9 @@ def _program_kernels(profile: Profile, device: str, batch: int, mode: str) -> li
 def _older_kernels(profile: Profile) -> str:
     """What a whole-model prediction says where the profile's kernels were read by an older rule
     (tbs.backends.hlo_kernels.KERNEL_RULES), which folded a BatchNorm's per-feature scale into its convolution."""
-    if (profile.meta.kernel_rules or 1) >= KERNEL_RULES:
-        return ""
+    if (profile.meta.kernel_rules or 1) >= KERNEL_RULES or not any("BatchNorm" in str(layer.type)
+                                                                   for layer in profile.layers):
+        return ""  # a model without BatchNorm reads the same under either rule
     return ("; its kernels were recorded by an older tbs, which folded a BatchNorm after a convolution into it "
             "(a GPU runs it as a pass of its own; it reads fast where a model has BatchNorm): re-run tbs profile")
 
@@ -127,11 +128,14 @@ def _fused_row(profile: Profile, source_device: str, summed: dict[str, Any], lay
     # A measured whole model is its program's time per call, its dispatch apart; so is this prediction. The host
     # overhead a framework's step adds (fitted on published end-to-end latencies) is said, not added: with it the
     # H200's measured whole models read up to 40x under their predictions (benchmarks/gpu_measured.md).
-    found = whole.predict_whole(kernels, spec, precision, model, host_overhead_s=0.0)
+    names = [str(r["layer"]) for r in layer_rows]
+    recurrent = _recurrent_rows(layer_rows, batch, mode)
+    found = whole.predict_whole(whole.without_layers(kernels, recurrent, names), spec, precision, model,
+                                host_overhead_s=0.0)
     host = float(sum(r.get("host_s") or 0.0 for r in layer_rows if r["batch_size"] == batch and r["mode"] == mode
                      and r.get("host_s") and str(r.get("in_step")) != "False"))
-    seconds = found.seconds + host
-    inside = whole.layer_seconds(found, [str(r["layer"]) for r in layer_rows])
+    seconds = found.seconds + host + _rnn_s(recurrent)
+    inside = {**whole.layer_seconds(found, names), **{n: r["median_s"] for n, r in recurrent.items()}}
     for row in layer_rows:
         if row["batch_size"] == batch and row["mode"] == mode:
             row["in_model_s"] = inside.get(str(row["layer"]), 0.0) if "median_s" in row else None
@@ -144,12 +148,33 @@ def _fused_row(profile: Profile, source_device: str, summed: dict[str, Any], lay
     return dict(summed, method=f"{whole.METHOD}: {described} of the whole program compiled for {source_device}, "
                                f"{precision} (a framework's step adds about {whole.HOST_OVERHEAD_S * 1e3:.2g} ms "
                                f"outside the program)"
+                               f"{_recurrent_note(recurrent)}"
                                f"{' + the host-only layers measured on the CPU' if host else ''} "
                                f"(the sum of the isolated layers' predictions: {summed['median_s'] * 1e3:.3g} ms); "
                                f"{whole.BAND_PERCENT}% band{whole.TRAINING_CAVEAT if mode == 'training' else ''}"
                                f"{_older_kernels(profile)}",
-                median_s=seconds, low_s=found.seconds * low + host, high_s=found.seconds * high + host,
+                median_s=seconds, low_s=found.seconds * low + host + _rnn_s(recurrent, "low_s"),
+                high_s=found.seconds * high + host + _rnn_s(recurrent, "high_s"),
                 per_sample_s=seconds / batch, in_model_s=seconds, model_share=1.0)
+
+
+def _recurrent_rows(layer_rows: list[dict[str, Any]], batch: int, mode: str) -> dict[str, dict[str, Any]]:
+    """The predicted recurrent layers of one (batch, mode), by name: a GPU runs each as cuDNN's fused kernel or as
+    its own compiled loop, which their layer predictions price (checked on the H200); the CPU program's loop of
+    kernels, priced trip by trip, read the H200's RNN models 2.8-5.5x slow."""
+    return {str(r["layer"]): r for r in layer_rows
+            if r["batch_size"] == batch and r["mode"] == mode and r.get("category") == "rnn"
+            and is_number(r.get("median_s")) and str(r.get("in_step")) != "False"}
+
+
+def _rnn_s(recurrent: dict[str, dict[str, Any]], column: str = "median_s") -> float:
+    return float(sum(r[column] for r in recurrent.values()))
+
+
+def _recurrent_note(recurrent: dict[str, dict[str, Any]]) -> str:
+    if not recurrent:
+        return ""
+    return f" + {', '.join(recurrent)} priced as the layer{'s' if len(recurrent) > 1 else ''} (its GPU kernel, not the program's loop)"
 
 
 def _activation_bytes(layer: LayerRecord | None, batch: int) -> float:

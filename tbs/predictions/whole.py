@@ -24,7 +24,7 @@ import pandas as pd
 
 from tbs.measure.in_context import layer_of
 from tbs.predictions.bands import TARGET_COVERAGE
-from tbs.predictions.gpu_model import GpuModel, GpuSpec, frame_of, predict_frame
+from tbs.predictions.gpu_model import PROGRAM_KERNEL_S, GpuModel, GpuSpec, frame_of, predict_frame
 from tbs.predictions.work import CONV, GEMM, MEMORY, Work
 
 # A compiled program on a GPU, unlike one kernel timed alone, fitted on the published whole-model latencies of the
@@ -46,7 +46,7 @@ from tbs.predictions.work import CONV, GEMM, MEMORY, Work
 #   GPU model was fitted on has no TF32 (NeuSight ran with TF32 off), so this is fitted here (0.50; 0.30 before
 #   half-precision programs were read as a GPU runs them, when FP16 rows read slow and TF32 made up for it).
 TF32_EFFICIENCY = 0.50
-KERNEL_S = 6.08e-06
+KERNEL_S = PROGRAM_KERNEL_S  # 6.08 us: kept in gpu_model, whose compiled RNN loops pay it per kernel too
 HOST_OVERHEAD_S = 6.8e-04
 SUSTAINED_CLOCK = 0.0
 # The whole model's band, as multipliers of the prediction: the 2.5th and 97.5th percentiles of
@@ -147,6 +147,21 @@ def predict_whole(kernels: list[dict[str, Any]], spec: GpuSpec, precision: str, 
     repeats = np.array([float(k.get("repeat", 1)) for k in kernels])
     seconds = predict_frame(frame, program_model(model, kernel_s, sustained_clock)) * repeats
     return WholePrediction(float(seconds.sum()) + host_overhead_s, seconds, kernels, host_overhead_s)
+
+
+def without_layers(kernels: list[dict[str, Any]], layers: Iterable[str], names: list[str]) -> list[dict[str, Any]]:
+    """The program's kernels less those of ``layers`` and the unnamed loop kernels among theirs (a loop's counter
+    and copies carry no layer's name). A GPU runs a recurrent layer as cuDNN's kernel or its own compiled loop,
+    priced as the layer is; the CPU program's loop has kernels every trip that neither has."""
+    gone, out, in_loop = set(layers), [], False
+    for kernel in kernels:
+        owner, looped = layer_of(str(kernel.get("op", "")), names), int(kernel.get("repeat", 1)) > 1
+        if owner in gone or (owner is None and looped and in_loop):
+            in_loop = looped if owner in gone else in_loop
+            continue
+        in_loop = False
+        out.append(kernel)
+    return out
 
 
 def band_percent(methods: Iterable[Any]) -> str:

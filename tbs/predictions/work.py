@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tbs.backends import fused_gpu_rnn_types
+from tbs.backends import compiles_every_program, fused_gpu_rnn_types
 from tbs.profiles.roofline import lookup_bytes, sample_elements
 from tbs.schema import LayerRecord
 
@@ -41,6 +41,7 @@ class Work:
     steps: int = 1  # recurrent: sequential steps, each one GEMM of (m, n, k) plus elementwise
     input_gemm: tuple[int, int, int] | None = None  # recurrent: the inputs' projection, all steps at once
     fused: bool = True  # recurrent: one fused kernel (cuDNN) or a loop of kernels per step
+    in_program: bool = False  # recurrent loop: its kernels launched by a compiled program (XLA), not by a framework
     winograd: bool = False  # a 3x3 stride-1 convolution: cuDNN may run it with Winograd's fewer multiplies
     window: int = 1  # conv: the kernel's area (K = window x input channels)
     stride: int = 1  # conv: its gradient of the input spans the input's positions, stride^2 x the output's
@@ -123,7 +124,8 @@ def _recurrent(layer: LayerRecord, flops: float, moved: float, batch: int, backe
     gates = next((g for name, g in GATES.items() if name in layer_type), 1)
     fused = layer_type in fused_gpu_rnn_types(backend)  # cuDNN's fused kernel, or a loop of kernels
     return Work(RECURRENT, flops, moved, m=batch, n=gates * units, k=units, steps=steps,
-                input_gemm=(batch * steps, gates * units, features), fused=fused)
+                input_gemm=(batch * steps, gates * units, features), fused=fused,
+                in_program=not fused and compiles_every_program(backend))
 
 
 # GEMMs of a layer's shape each phase runs: the forward (M, N, K), the gradient of its input

@@ -110,7 +110,7 @@ def works_of(table: pd.DataFrame) -> list[Work]:
         values = {f.name: row[f.name] for f in fields(Work) if f.name != "input_gemm"}
         for name in ("m", "n", "k", "count", "steps", "window", "stride"):
             values[name] = int(values[name])
-        for name in ("fused", "winograd", "tensor_core_aligned"):
+        for name in ("fused", "in_program", "winograd", "tensor_core_aligned"):
             values[name] = str(values[name]) == "True"
         values["flops"], values["bytes"] = float(values["flops"]), float(values["bytes"])
         gemm = tuple(int(row[c]) for c in ("in_m", "in_n", "in_k"))
