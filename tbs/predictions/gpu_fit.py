@@ -29,8 +29,8 @@ _FITTED_BY = {
     (RECURRENT, True): ("fused_step_s", "step_exponent"),
 }
 MIN_PHASE_CURVE_ROWS = 200  # a phase's own size curve only where the reference has this many of its rows
-_BOUNDS = {"tile_exponent": (1e-3, 1.5), "launch_s": (5e-7, 5e-5), "fused_step_s": (1e-7, 1e-4), "step_exponent": (1e-3, 2.0),
-           "sustained_clock": (1e-3, 1.0), "l2_bytes_per_clock_per_sm": (1.0, 512.0),
+_BOUNDS = {"tile_exponent": (1e-3, 1.5), "launch_s": (5e-7, 5e-5), "fused_step_s": (1e-7, 1e-4),
+           "step_exponent": (1e-3, 2.0), "sustained_clock": (1e-3, 1.0), "l2_bytes_per_clock_per_sm": (1.0, 512.0),
            "framework_overhead_s": (1e-7, 1e-4), "layernorm_call_overhead_s": (1e-7, 1e-4),
            "softmax_call_overhead_s": (1e-7, 1e-4),
            "conv_framework_overhead_s": (1e-7, 2e-4), "conv_call_growth_s": (1e-11, 1e-6),

@@ -349,11 +349,13 @@ def _recurrent_seconds(frame: pd.DataFrame, phase: np.ndarray, seconds: dict[str
     each at least the time to read the recurrent weights again; the weights' gradient is one GEMM over every step."""
     steps = frame["steps"].to_numpy(dtype=float)
     sm_hz = frame["sm_count"].to_numpy(dtype=float) * frame["boost_clock_hz"].to_numpy(dtype=float)
-    known = np.isfinite(sm_hz) & (sm_hz > 0)  # a GPU without a clock in its datasheet: the reference's step
-    fused_step = model.fused_step_s * np.where(known, np.where(known, sm_hz, 1.0) / STEP_REFERENCE_SM_HZ, 1.0) \
-        ** -model.step_exponent
+    sm_hz = np.where(np.isfinite(sm_hz) & (sm_hz > 0), sm_hz, STEP_REFERENCE_SM_HZ)  # no clock: the reference's
+    fused_step = model.fused_step_s * (sm_hz / STEP_REFERENCE_SM_HZ) ** -model.step_exponent
     in_program = frame["in_program"].to_numpy(dtype=bool) if "in_program" in frame else np.zeros(len(frame), bool)
-    loop_step = LOOP_KERNELS_PER_STEP * np.where(in_program, np.minimum(PROGRAM_KERNEL_S, model.launch_s), model.launch_s)
+    # a compiled loop's kernels at a program's launch interval (never above the model's: a whole program priced
+    # with its own, smaller, launch cost keeps it)
+    launch = np.where(in_program, np.minimum(PROGRAM_KERNEL_S, model.launch_s), model.launch_s)
+    loop_step = LOOP_KERNELS_PER_STEP * launch
     per_step = np.where(frame["fused"].to_numpy(dtype=bool), fused_step, loop_step)
     projected = frame["in_m"].to_numpy(dtype=float) > 0  # else the inputs' projection was not timed
     forward = model.launch_s + projected * seconds["projection"] + steps * (per_step + seconds["step_forward"])

@@ -174,7 +174,8 @@ def _rnn_s(recurrent: dict[str, dict[str, Any]], column: str = "median_s") -> fl
 def _recurrent_note(recurrent: dict[str, dict[str, Any]]) -> str:
     if not recurrent:
         return ""
-    return f" + {', '.join(recurrent)} priced as the layer{'s' if len(recurrent) > 1 else ''} (its GPU kernel, not the program's loop)"
+    plural = "s" if len(recurrent) > 1 else ""
+    return f" + {', '.join(recurrent)} priced as the layer{plural} (its GPU kernel, not the program's loop)"
 
 
 def _activation_bytes(layer: LayerRecord | None, batch: int) -> float:
