@@ -49,6 +49,12 @@ TF32 = (1.0, 0.8, 0.65, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25)  # share of the TF32 pe
 TAIL = 0.025  # the band: 2.5th to 97.5th percentile (95%)
 TAIL_90 = 0.05  # the 90% band, scored beside it to show why the shipped band is 95%
 WITHIN = np.log(1.25)  # issue 30's target median error, as a |log error|
+# The fit's loss: the mean |log error|, each row's capped at this (1.65x). The median it minimised before is flat
+# and jumps: a 1% move of the GPU model's shared constants (the RNN step refit, 2026-11-27) moved two held-out
+# models to other optima and the A100 80GB from 14% to 40% median error. The capped mean gives the same constants
+# and the same scores (93-94% inside the band) under either set of shared constants; the cap keeps the T4's two
+# disagreeing tables (1.7x apart) from pulling the fit as a plain mean does.
+LOSS_CAP = np.log(1.65)
 
 
 def specs() -> dict:
@@ -115,13 +121,19 @@ def row_parts(table: pd.DataFrame, model: GpuModel, source: str) -> Parts:
     return out
 
 
+def fit_loss(predicted_s: np.ndarray, published_s: np.ndarray) -> np.ndarray:
+    """Each row's |log error| capped at LOSS_CAP, averaged over the rows (axis 0)."""
+    return np.mean(np.minimum(np.abs(np.log(predicted_s / published_s)), LOSS_CAP), axis=0)
+
+
 def fit(parts: Parts, published_s: np.ndarray, rows: np.ndarray) -> tuple[float, float, float, float]:
-    """(sustained clock, TF32 efficiency, kernel_s, host overhead) minimising the median |log error| over ``rows``."""
+    """(sustained clock, TF32 efficiency, kernel_s, host overhead) minimising the capped mean |log error| over
+    ``rows`` (LOSS_CAP)."""
     best: tuple[float, ...] = (np.inf, 0.0, 1.0, 0.0, 0.0)
     for (clock, efficiency), (work, launches) in parts.items():
         for kernel_s in KERNELS_S:
             predicted = work[rows, None] + kernel_s * launches[rows, None] + OVERHEADS_S[None, :]
-            errors = np.median(np.abs(np.log(predicted / published_s[rows, None])), axis=0)
+            errors = fit_loss(predicted, published_s[rows, None])
             j = int(np.argmin(errors))
             if errors[j] < best[0]:
                 best = (errors[j], clock, efficiency, kernel_s, float(OVERHEADS_S[j]))

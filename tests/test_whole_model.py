@@ -434,11 +434,11 @@ def test_the_published_whole_model_rows_name_their_source_precision_and_licence_
 def test_the_shipped_whole_model_band_is_the_benchmarks_and_says_where_it_meets_the_target():
     """WHOLE_BAND is the 2.5th-97.5th percentile of the held-out residuals benchmarks/whole_model.py wrote; on
     those rows the A100 40GB and the V100 meet issue 30's target (median error <= 25%, >= 85% inside the 95% band),
-    where a 90% band from the same residuals does not everywhere. The T4 misses it (30%, 89%) because NVIDIA's TF1
+    where a 90% band from the same residuals does not everywhere. The T4 misses it (29%, 88%) because NVIDIA's TF1
     and TF2 tables of the same T4 configurations disagree by 1.7x at the median (one value per configuration at
     their geometric mean would have a 31% median error): against its TF1 table alone the T4 meets the target. The
-    A100 80GB met it (14%, 90%) until the RNN step refit moved the GPU model's shared constants by about 1% and the
-    grid fit found another optimum (40%, 76%: docs/results.md says so)."""
+    A100 80GB (41%, 76%) read 14% and 90% only while the fit minimised the median, whose optimum jumped when the RNN
+    step refit moved the GPU model's shared constants by about 1% (docs/predictions.md says so)."""
     import numpy as np
     from pathlib import Path
 
@@ -451,7 +451,7 @@ def test_the_shipped_whole_model_band_is_the_benchmarks_and_says_where_it_meets_
     meets = covered.index.isin(["a100-40gb", "v100"])
     assert meets.sum() == 2 and (covered[meets] >= 0.85).all() and (median[meets] <= 0.25).all()
     assert covered["t4"] >= 0.85 and 0.25 < median["t4"] <= 0.32
-    assert 0.74 <= covered["a100-80gb"] < 0.85 and 0.25 < median["a100-80gb"] <= 0.42
+    assert 0.74 <= covered["a100-80gb"] < 0.85 and 0.25 < median["a100-80gb"] <= 0.45
     t4 = fitted[fitted["device"] == "t4"]
     tf1 = t4[t4["framework"].str.contains("TF1")]
     assert len(tf1) == 32 and tf1["covered"].all() and np.median(np.abs(tf1["log_error"])) <= np.log(1.25)
@@ -566,3 +566,19 @@ def test_a_recurrent_layer_in_the_whole_model_is_priced_as_its_gpu_kernel_not_th
         assert "older tbs" not in model["method"]  # recorded before kernel_rules, but no BatchNorm to fold
         assert lstm["median_s"] < model["median_s"] < 1.5 * lstm["median_s"]  # the rest is a few small Denses
         assert lstm["in_model_s"] == lstm["median_s"] and model["low_s"] < model["median_s"] < model["high_s"]
+
+
+def test_the_whole_model_fit_minimises_a_capped_mean_error_so_one_table_far_off_does_not_pull_it():
+    import numpy as np
+    bench = _benchmark_module("whole_model")
+    work = np.array([1e-3, 2e-3, 3e-3, 4e-3, 5e-3, 6e-3])
+    launches = np.array([100.0, 200.0, 300.0, 400.0, 500.0, 600.0])
+    kernel_s, host_s = bench.KERNELS_S[40], bench.OVERHEADS_S[80]
+    published = work + kernel_s * launches + host_s
+    published[-2:] *= 3.0  # two rows from a table 3x off the others (the T4's two tables are 1.7x apart)
+    parts = {(0.0, 1.0): (work, launches), (0.0, 0.5): (2 * work, launches)}
+    fitted = bench.fit(parts, published, np.ones(len(work), bool))
+    assert fitted == (0.0, 1.0, kernel_s, host_s)  # the four agreeing rows, exactly: the far rows cost the cap each
+    near, far = np.log(1.1), np.log(30.0)  # a far row costs the cap, not its whole error
+    assert bench.fit_loss(np.ones((2, 1)), np.array([[1.1], [30.0]]))[0] == pytest.approx((near + bench.LOSS_CAP) / 2)
+    assert bench.LOSS_CAP < far
