@@ -175,7 +175,8 @@ def _recurrent_note(recurrent: dict[str, dict[str, Any]]) -> str:
     if not recurrent:
         return ""
     plural = "s" if len(recurrent) > 1 else ""
-    return f" + {', '.join(recurrent)} priced as the layer{plural} (its GPU kernel, not the program's loop)"
+    return (f" + {', '.join(recurrent)} priced as the layer{plural} (its GPU kernel, not the program's loop; "
+            f"its part of the band the layer's {whole.LAYER_BAND_PERCENT}%)")
 
 
 def _activation_bytes(layer: LayerRecord | None, batch: int) -> float:
