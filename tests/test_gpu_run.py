@@ -4,6 +4,7 @@ CPU dry run is the slow test at the end."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -215,6 +216,10 @@ def test_a_profile_timed_before_the_harness_fix_is_measured_again_and_its_rows_k
                       (("nn_twins/inference", profiles["nn_twins/inference"]),))
     drive.execute([step], s, "NVIDIA H200", tmp_path / "cut", total_s=1.0)  # no time left: skipped, put back
     assert (s.work / "profiles" / "h200" / "nn_twins" / "inference" / "samples.csv").is_file()
+    drive.execute([step], s, "NVIDIA H200", tmp_path / "ran", total_s=120.0)  # ran, but never reached the profile
+    assert not (s.work / "profiles" / "h200" / "nn_twins" / ("inference" + drive.SET_ASIDE)).exists()
+    writes = f"import os; os.makedirs({str(s.work / 'profiles' / 'h200' / 'nn_twins' / 'inference')!r})"
+    step = dataclasses.replace(step, argv=(sys.executable, "-c", writes))
     drive.execute([step], s, "NVIDIA H200", tmp_path / "out", total_s=120.0)
     kept = s.work / "profiles" / "h200" / "nn_twins" / ("inference" + drive.SET_ASIDE)
     assert (kept / "samples.csv").read_text() == (earlier / "nn_twins" / "inference" / "samples.csv").read_text()

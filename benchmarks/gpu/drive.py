@@ -424,8 +424,10 @@ def execute(steps: list[Step], s: Settings, gpu_name: str, out: Path, total_s: f
                  if s.earlier_status(name) == STALE]  # beside it, packed with it
         aside += [set_aside(here / name) for name in st.replaces if (here / name).exists()]
         result = run_step(st, left, log, out / "steps.log")
-        for kept in aside if result.status == "skipped" else []:
-            kept.rename(kept.with_name(kept.name[:-len(SET_ASIDE)]))
+        for kept in aside:  # put back where the step never wrote its new profile (skipped, or cut before it):
+            again = kept.with_name(kept.name[:-len(SET_ASIDE)])  # else the next run would find both folders
+            if result.status == "skipped" or not again.exists():
+                kept.rename(again)
         outcomes.append(result)
         log(f"{st.name}: {result.status} in {result.seconds:.1f} s" + (f" -- {result.detail}" if result.detail else ""))
         record["steps"] = [asdict(o) for o in outcomes]
