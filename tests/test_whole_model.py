@@ -316,6 +316,63 @@ def test_a_gather_reads_its_rows_not_its_table_and_a_library_call_streams_no_wor
     assert whole["bytes"] == 2 * table * 4
 
 
+POOLED_HLO = """HloModule pooled
+
+%max (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %m = f32[] maximum(%a, %b)
+}
+
+%fused_pool_conv (p0: f32[8,32,32,16], p1: f32[16], p2: f32[3,3,16,32], p3: f32[1,1,32,32]) -> f32[8,16,16,32] {
+  %p0 = f32[8,32,32,16]{3,2,1,0} parameter(0)
+  %p1 = f32[16]{0} parameter(1)
+  %p2 = f32[3,3,16,32]{3,2,1,0} parameter(2)
+  %p3 = f32[1,1,32,32]{3,2,1,0} parameter(3)
+  %b = f32[8,32,32,16]{3,2,1,0} broadcast(%p1), dimensions={3}
+  %a = f32[8,32,32,16]{3,2,1,0} add(%p0, %b)
+  %z = f32[] constant(0)
+  %relu = f32[8,32,32,16]{3,2,1,0} maximum(%a, %a)
+  %pool = f32[8,16,16,16]{3,2,1,0} reduce-window(%relu, %z), window={size=1x2x2x1 stride=1x2x2x1}, to_apply=%max, metadata={op_name="model/pool_1/MaxPool"}
+  %c = f32[8,16,16,32]{3,2,1,0} convolution(%pool, %p2), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f, metadata={op_name="model/conv2_1/convolution"}
+  ROOT %d = f32[8,16,16,32]{3,2,1,0} convolution(%c, %p3), window={size=1x1}, dim_labels=b01f_01io->b01f, metadata={op_name="model/conv3_1/convolution"}
+}
+
+ENTRY %main (x: f32[8,32,32,16], bias: f32[16], k2: f32[3,3,16,32], k3: f32[1,1,32,32]) -> f32[8,16,16,32] {
+  %x = f32[8,32,32,16]{3,2,1,0} parameter(0)
+  %bias = f32[16]{0} parameter(1)
+  %k2 = f32[3,3,16,32]{3,2,1,0} parameter(2)
+  %k3 = f32[1,1,32,32]{3,2,1,0} parameter(3)
+  ROOT %f = f32[8,16,16,32]{3,2,1,0} fusion(%x, %bias, %k2, %k3), kind=kOutput, calls=%fused_pool_conv
+}
+"""
+
+
+def test_a_pooling_a_cpu_fuses_into_the_next_convolution_is_a_pass_of_its_own_as_a_gpu_runs_it():
+    """XLA's CPU backend computes a max-pooling (and the bias and ReLU before it) inside the convolution that reads
+    it; cuDNN reads a materialised input, so a GPU pools first, in a pass of its own (XLA:GPU compiled
+    cnn_flowers so for the H200). The second convolution reads the first's output: no pass before it."""
+    pooled, first, second = program_kernels(POOLED_HLO)
+    assert pooled["kind"] == "memory" and pooled["producer"] and pooled["op"] == "model/pool_1/MaxPool"
+    assert pooled["bytes"] == 8 * 32 * 32 * 16 * 4 + 8 * 16 * 16 * 16 * 4  # reads the activations, writes the pool
+    assert (first["kind"], first["op"], second["op"]) == ("conv", "model/conv2_1/convolution",
+                                                          "model/conv3_1/convolution")
+    assert not pooled.get("epilogue") and KERNEL_RULES == 3
+    # A profile recorded before this rule says so where its model pools; one without pooling reads the same
+    from types import SimpleNamespace
+
+    from tbs.predictions.gpu_predict import _older_kernels
+
+    def profile(rules, *types):
+        return SimpleNamespace(meta=SimpleNamespace(kernel_rules=rules), layers=[SimpleNamespace(type=t) for t in types])
+
+    assert "left a pooling inside" in _older_kernels(profile(2, "Conv2D", "MaxPooling2D"))
+    assert _older_kernels(profile(2, "Conv2D", "BatchNormalization")) == ""
+    both = _older_kernels(profile(1, "BatchNormalization", "GlobalAveragePooling2D"))
+    assert "folded a BatchNorm" in both and "and left a pooling" in both
+    assert _older_kernels(profile(3, "MaxPooling2D")) == ""
+
+
 CUDNN_HLO = """HloModule cudnn
 
 ENTRY %main (x: f16[8,32,32,16], w: f16[64,3,3,16], dy: f16[8,16,16,64]) -> (f16[8,16,16,64], f16[8,32,32,16], f16[64,3,3,16]) {

@@ -107,12 +107,20 @@ def _program_kernels(profile: Profile, device: str, batch: int, mode: str) -> li
 
 def _older_kernels(profile: Profile) -> str:
     """What a whole-model prediction says where the profile's kernels were read by an older rule
-    (tbs.backends.hlo_kernels.KERNEL_RULES), which folded a BatchNorm's per-feature scale into its convolution."""
-    if (profile.meta.kernel_rules or 1) >= KERNEL_RULES or not any("BatchNorm" in str(layer.type)
-                                                                   for layer in profile.layers):
-        return ""  # a model without BatchNorm reads the same under either rule
-    return ("; its kernels were recorded by an older tbs, which folded a BatchNorm after a convolution into it "
-            "(a GPU runs it as a pass of its own; it reads fast where a model has BatchNorm): re-run tbs profile")
+    (tbs.backends.hlo_kernels.KERNEL_RULES): before 2, a BatchNorm's per-feature scale was folded into its
+    convolution; before 3, a pooling the CPU computed inside the next convolution or dense layer was not a pass."""
+    rules = profile.meta.kernel_rules or 1
+    if rules >= KERNEL_RULES:
+        return ""
+    kinds = [str(layer.type) for layer in profile.layers]
+    missed = [what for since, marker, what in (
+        (2, "BatchNorm", "folded a BatchNorm after a convolution into it"),
+        (3, "Pooling", "left a pooling inside the convolution or dense layer after it"))
+        if rules < since and any(marker in kind for kind in kinds)]
+    if not missed:
+        return ""  # a model without those layers reads the same under every rule
+    return (f"; its kernels were recorded by an older tbs, which {' and '.join(missed)} (a GPU runs each as a pass "
+            "of its own; it reads fast): re-run tbs profile")
 
 
 def _fused_row(profile: Profile, source_device: str, summed: dict[str, Any], layer_rows: list[dict[str, Any]],
