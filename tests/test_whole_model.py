@@ -490,12 +490,12 @@ def test_the_published_whole_model_rows_name_their_source_precision_and_licence_
 
 def test_the_shipped_whole_model_band_is_the_benchmarks_and_says_where_it_meets_the_target():
     """WHOLE_BAND is the 2.5th-97.5th percentile of the held-out residuals benchmarks/whole_model.py wrote; on
-    those rows the A100 40GB and the V100 meet issue 30's target (median error <= 25%, >= 85% inside the 95% band),
-    where a 90% band from the same residuals does not everywhere. The T4 misses it (29%, 88%) because NVIDIA's TF1
-    and TF2 tables of the same T4 configurations disagree by 1.7x at the median (one value per configuration at
-    their geometric mean would have a 31% median error): against its TF1 table alone the T4 meets the target. The
-    A100 80GB (41%, 76%) read 14% and 90% only while the fit minimised the median, whose optimum jumped when the RNN
-    step refit moved the GPU model's shared constants by about 1% (docs/predictions.md says so)."""
+    those rows the A100 40GB, the A100 80GB and the V100 meet issue 30's target (median error <= 25%, >= 85% inside
+    the 95% band), where a 90% band from the same residuals does not everywhere. The T4 misses the median (26%)
+    because NVIDIA's TF1 and TF2 tables of the same T4 configurations disagree by 1.7x at the median (one value per
+    configuration at their geometric mean would have a 31% median error): against its TF1 table alone the T4 meets
+    the target. The A100 80GB met it only once the clock was fixed at base: left free, the fit without BERT-base
+    traded it against the launch and host constants (0.8 us, 4.9 ms) and read BERT-base 1.6x slow there."""
     import numpy as np
     from pathlib import Path
 
@@ -503,19 +503,19 @@ def test_the_shipped_whole_model_band_is_the_benchmarks_and_says_where_it_meets_
     fitted = rows[~rows["classifier"]]
     residual = np.log(fitted["latency_s"] / fitted["predicted_s"])
     assert tuple(np.round(np.exp(np.quantile(residual, [0.025, 0.975])), 2)) == pytest.approx(WHOLE_BAND)
+    assert (fitted["sustained_clock"] == 0.0).all() and (fitted["kernel_s"] >= 3e-6).all()  # no held-out fit degenerate
     per_gpu = fitted.groupby("device")
     covered, median = per_gpu["covered"].mean(), np.expm1(per_gpu["log_error"].apply(lambda e: np.median(np.abs(e))))
-    meets = covered.index.isin(["a100-40gb", "v100"])
-    assert meets.sum() == 2 and (covered[meets] >= 0.85).all() and (median[meets] <= 0.25).all()
+    meets = covered.index.isin(["a100-40gb", "a100-80gb", "v100"])
+    assert meets.sum() == 3 and (covered[meets] >= 0.85).all() and (median[meets] <= 0.25).all()
     assert covered["t4"] >= 0.85 and 0.25 < median["t4"] <= 0.32
-    assert 0.74 <= covered["a100-80gb"] < 0.85 and 0.25 < median["a100-80gb"] <= 0.45
     t4 = fitted[fitted["device"] == "t4"]
     tf1 = t4[t4["framework"].str.contains("TF1")]
     assert len(tf1) == 32 and tf1["covered"].all() and np.median(np.abs(tf1["log_error"])) <= np.log(1.25)
     published = t4.groupby(["model", "precision", "sequence_length", "batch_size"])["latency_s"]
     assert (published.size() == 2).all() and np.median(published.max() / published.min()) > 1.6
     assert (per_gpu["covered_90"].mean() < 0.85).any()
-    assert fitted["covered"].mean() == pytest.approx(0.93, abs=0.02)  # calibrated over all rows
+    assert fitted["covered"].mean() == pytest.approx(0.95, abs=0.02)  # calibrated over all rows
     assert band_percent(["GPU model of the fused whole-model program: 3 GEMMs; 95% band"]) == "95%"
     assert band_percent(["GPU model (NeuSight-style)", None]) == "90%"
     assert band_percent(["GPU model of the fused whole-model program", "roofline scaling"]) == "95%/90%"
