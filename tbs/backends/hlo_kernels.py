@@ -8,7 +8,8 @@ A gather reads the rows it gathers, not its whole table (an embedding's lookup r
 30522-row table), also through a cast fused on the way; a GPU compile's library call (cuBLAS, cuDNN) streams its
 operands and result, not the scratch workspace XLA gives it.
 Parameters, constants, bitcasts and tuples launch nothing. A fusion that computes a convolution
-or a dot (with its epilogue) is that GEMM. A while loop's body counts once per known trip.
+or a dot (with its epilogue) is that GEMM, after a pass for any pooling it computes the GEMM's operand with (a
+GPU library reads its operands materialised). A while loop's body counts once per known trip.
 
 The HLO is a CPU compile's (the program tbs analyses on the machine it runs on): its fusion
 decisions are the CPU's, which fuse elementwise chains into loops as a GPU's do, but leave a
