@@ -96,11 +96,12 @@ def _compute_inside(name: str, computations: dict[str, list[dict[str, Any]]]) ->
     (a GPU runs each as a library kernel of its own: a CPU fusion may chain several), each after the pooling
     passes that compute its operands (_producer_passes)."""
     body = computations.get(name, [])
-    shapes = {i["name"]: i["shape"] for i in body}
+    by_name = {i["name"]: i for i in body}
+    shapes = {n: i["shape"] for n, i in by_name.items()}
     out = []
     for instruction in body:
         if instruction["opcode"] in ("convolution", "dot"):
-            out += _producer_passes(instruction, body)
+            out += _producer_passes(instruction, by_name)
             kernel = (convolution if instruction["opcode"] == "convolution" else dot)(instruction, shapes)
             kernel["bytes"] = shape_bytes(instruction["shape"]) + sum(shape_bytes(shapes.get(o, ""))
                                                                       for o in instruction["operands"])
@@ -109,7 +110,7 @@ def _compute_inside(name: str, computations: dict[str, list[dict[str, Any]]]) ->
     return out
 
 
-def _producer_passes(gemm: dict[str, Any], body: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _producer_passes(gemm: dict[str, Any], by_name: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """The passes a GPU runs before a convolution or dot that a CPU fusion computes its operands in.
 
     XLA's CPU backend fuses a max or average pooling (a reduce-window) into the convolution or dot that reads its
@@ -119,7 +120,6 @@ def _producer_passes(gemm: dict[str, Any], body: list[dict[str, Any]]) -> list[d
     an earlier GEMM's output in the same fusion; the previous layer's bias and activation on the way) and writes
     the operand the GEMM reads.
     Elementwise producers are left alone (a GPU folds them into the kernel before or the library call)."""
-    by_name = {i["name"]: i for i in body}
     out = []
     for operand in gemm["operands"]:
         chain, reduces, params, stack = set(), [], set(), [operand]
@@ -136,16 +136,16 @@ def _producer_passes(gemm: dict[str, Any], body: list[dict[str, Any]]) -> list[d
                 reduces.append(instruction)
             stack += instruction["operands"]
         if reduces:
-            read = sum(shape_bytes(by_name[p]["shape"]) for p in params if not _is_weight(by_name[p]))
+            read = sum(shape_bytes(by_name[p]["shape"]) for p in params if _long_axes(by_name[p]["shape"]) > 1)
             written = shape_bytes(by_name[operand]["shape"])
             out.append({"kind": "memory", "flops": 0.0, "bytes": read + written, "producer": True,
                         "op": _op_name(reduces[0]["attrs"])})
     return out
 
 
-def _is_weight(parameter: dict[str, Any]) -> bool:
-    """A fusion parameter of one axis (a bias, a scale) or none: read in passing, not the tensor pooled."""
-    return sum(size > 1 for size in dims(parameter["shape"])) <= 1
+def _long_axes(shape: str) -> int:
+    """How many axes of a shape are longer than one: a scalar 0, a per-feature vector (a bias, a scale) 1."""
+    return sum(size > 1 for size in dims(shape))
 
 
 def _library_epilogue(name: str, computations: dict[str, list[dict[str, Any]]]) -> bool:
@@ -169,7 +169,7 @@ def _library_epilogue(name: str, computations: dict[str, list[dict[str, Any]]]) 
         rank = len(sizes)
         found = {kinds[o] for o in instruction["operands"] if o in kinds} - {"uniform"}
         if opcode in ("parameter", "constant"):
-            axes = None if instruction["shape"].startswith("(") else sum(size > 1 for size in sizes)  # a tuple: full
+            axes = None if instruction["shape"].startswith("(") else _long_axes(instruction["shape"])  # a tuple: full
             kind = {0: "uniform", 1: "vector"}.get(axes, "full")
         elif opcode == "broadcast" and found == {"vector"}:  # one value per feature: along the last axis
             kind = "feature" if rank > 1 and f"dimensions={{{rank - 1}}}" in instruction["attrs"] else "full"
