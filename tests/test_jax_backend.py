@@ -101,7 +101,9 @@ def test_elementwise_work_is_timed_in_full_and_views_cost_nothing() -> None:
     large = device.place(np.ones((64, 64 * 256), np.float32))  # 256x the elements
     scale = {n: _seconds_per_call(device.compile_blocked(lambda x: x * 3.0 + 1.0, [x], False), 50)
              for n, x in (("small", small), ("large", large))}
-    assert scale["large"] / scale["small"] > 16, scale
+    # Fused down to the consumed element, both would cost the loop's overhead alone (a ratio near 1); timed in
+    # full, 256x the bytes reads 15-40x here (the small call is mostly that overhead), so 4 leaves room for noise.
+    assert scale["large"] / scale["small"] > 4, scale
     view = _seconds_per_call(device.compile_blocked(lambda x: (x, x.reshape(-1)), [large], False), 50)
     assert view < scale["large"] / 4, (view, scale)
 

@@ -416,3 +416,20 @@ def test_without_batch_recommend_takes_the_largest_batch_with_every_layer_timed(
     assert tbs.recommend(cpu_only(), "time").inputs.batch_note == ""  # the largest batch has data: nothing to say
     with pytest.raises(TbsError, match="layer 'conv' cannot be placed at batch 32"):
         tbs.recommend(p, "time", batch_size=32)  # asked for: placed as asked, and why it cannot be
+
+
+def test_a_layer_that_does_nothing_in_the_mode_is_predicted_at_zero_and_placed_with_its_neighbours():
+    """A Dropout in inference is an identity a compiled model drops (an H200 measured 0 s). Left unpredicted, it
+    had to stay on the host, so a GPU placement paid two host copies around each one (EfficientNetB0's ten)."""
+    from tbs.predictions.gpu_predict import IDENTITY_METHOD
+
+    p = cpu_only()
+    layers = [dict(layer, inactive=layer["name"] == "pool") for layer in p.metadata["layers"]]
+    p = tbs.predict(replace(p, metadata=dict(p.metadata, layers=layers)), "t4")
+    rows = p.predictions.set_index(["target", "layer", "batch_size"])
+    pool = rows.loc[("layer", "pool", 32)]
+    assert pool["median_s"] == pool["low_s"] == pool["high_s"] == 0.0 and pool["method"] == IDENTITY_METHOD
+    assert pd.notna(rows.loc[("layer", "conv", 32), "median_s"]) and rows.loc[("layer", "conv", 32), "median_s"] > 0
+    rec = tbs.recommend(p, "time", batch_size=32, include_predicted=True)
+    placed = dict(zip(rec.placement["layer"], rec.placement["device"]))
+    assert placed["pool"] == "t4" and placed["conv"] == "t4", placed

@@ -30,6 +30,7 @@ import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Iterable
 
 import numpy as np
@@ -50,23 +51,46 @@ def layer_of(path: str, names: list[str]) -> str | None:
     scope comes later in the path: a layer inside a block) wins.
     """
     segments = [s for s in path.split("/") if s]
+    bases = [_unsuffixed(s) for s in segments]
+    by_first = _names_by_first_segment(tuple(names))
     best: tuple[int, int, int, str] | None = None
-    for name in names:
-        wanted = name.split("/")
-        for exact in (True, False):
-            at = _position(segments, wanted, exact)
-            if at is not None:
-                rank = (len(wanted), 1 if exact else 0, at, name)
-                best = rank if best is None or rank[:3] > best[:3] else best
-                break
+    for first in dict.fromkeys([*segments, *filter(None, bases)]):  # only a name starting there can match
+        for name, wanted in by_first.get(first, ()):
+            for exact in (True, False):
+                at = _position(segments, bases, wanted, exact)
+                if at is not None:
+                    rank = (len(wanted), 1 if exact else 0, at, name)
+                    best = rank if best is None or rank[:3] > best[:3] else best
+                    break
     return best[3] if best else None
 
 
-def _position(segments: list[str], wanted: list[str], exact: bool) -> int | None:
-    """Where ``wanted`` last appears among ``segments`` (None: nowhere)."""
+@lru_cache(maxsize=8)
+def _names_by_first_segment(names: tuple[str, ...]) -> dict[str, list[tuple[str, list[str]]]]:
+    """Layer names by their first scope segment, in the order given (a 200-layer model's kernels are matched
+    against 200 names each: looked up, not scanned)."""
+    out: dict[str, list[tuple[str, list[str]]]] = {}
+    for name in names:
+        wanted = name.split("/")
+        out.setdefault(wanted[0], []).append((name, wanted))
+    return out
+
+
+def _unsuffixed(segment: str) -> str | None:
+    """``conv`` for TensorFlow's repeated scope ``conv_1``; None where the segment has no numeric suffix."""
+    found = _SUFFIXED.fullmatch(segment)
+    return found.group(1) if found else None
+
+
+_SUFFIXED = re.compile(r"(.+)_\d+")
+
+
+def _position(segments: list[str], bases: list[str | None], wanted: list[str], exact: bool) -> int | None:
+    """Where ``wanted`` last appears among ``segments`` (None: nowhere); not ``exact``: a segment may be one of
+    ``wanted``'s with a numeric suffix (its base in ``bases``)."""
     n = len(wanted)
     for i in range(len(segments) - n, -1, -1):
-        if all(s == w or (not exact and re.fullmatch(re.escape(w) + r"_\d+", s)) for s, w in zip(segments[i:i + n], wanted)):
+        if all(s == w or (not exact and b == w) for s, b, w in zip(segments[i:i + n], bases[i:i + n], wanted)):
             return i
     return None
 

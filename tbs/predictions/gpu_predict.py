@@ -32,6 +32,9 @@ from tbs.units import is_number
 
 METHOD = "GPU model (published measurements)"
 # String layers have no GPU kernels in TensorFlow: on a GPU machine they still run on its CPU.
+# A layer whose outputs are its inputs in the mode profiled (Dropout, random augmentation in inference) is a view a
+# compiled model drops: 0 s on any device, so a placement never keeps it on the host between two GPU layers.
+IDENTITY_METHOD = "identity: its outputs are its inputs in this mode, which a compiled model drops (0 s)"
 HOST_ONLY_TYPES = ("TextVectorization", "StringLookup")
 UNVALIDATED_WIDENING = 2.0  # a kind the reference data has no rows of: its band is widened this much each way
 PRECISION_OF = {"float32": "fp32", "tf32": "tf32", "bfloat16": "fp16", "float16": "fp16"}
@@ -237,9 +240,9 @@ def _layer_row(row: pd.Series, layer: LayerRecord | None, backend: str, training
     if str(row.get("layer_type", "")) in HOST_ONLY_TYPES:
         return dict(ident, reason="not predicted: string layers run on the host CPU even on a GPU machine "
                                   "(TensorFlow has no GPU kernels for them)", host_s=float(row["median_s"]))
-    if layer is not None and layer.inactive:
-        return dict(ident, reason="not predicted: does nothing in this mode (an identity a compiled model drops)",
-                    host_s=0.0)
+    if layer is not None and layer.inactive:  # known, not guessed: a GPU measured these at 0 s (profiles/h200)
+        return dict(ident, method=IDENTITY_METHOD, median_s=0.0, low_s=0.0, high_s=0.0, per_sample_s=0.0,
+                    bound="", reason="", in_step=row.get("in_step"))
     flops, moved = row["flops"], row["bytes_accessed"]
     work = layer_work(layer, str(row.get("category", "")), flops, moved, int(row["batch_size"]), backend, training)
     if work is None:
