@@ -330,6 +330,9 @@ def solve_milp(problem: Problem, extra_constraint: tuple[dict[tuple[str, str], f
 
     var = _milp_variables(problem)
     c, upper = _milp_objective(problem, var)
+    # HiGHS's tolerances are absolute (1e-7): at seconds or USD a batch (1e-10 to 1e-3) most copies looked free and
+    # the "optimal" placement was not. Costs and each cap's row are scaled to at most 1; the placement is the same.
+    c = c / (float(np.abs(c).max()) or 1.0)
     rows = _Rows(len(var))
     for l in problem.layers:
         rows.add({var[("x", l, d)]: 1.0 for d in problem.devices}, 1.0, 1.0)
@@ -343,7 +346,8 @@ def solve_milp(problem: Problem, extra_constraint: tuple[dict[tuple[str, str], f
                 coefs[k] = coefs.get(k, 0.0) + w
             else:  # a variable the cap cannot count (e.g. a copy never timed) is forbidden, not weighted by inf
                 upper[k] = 0.0
-        rows.add(coefs, -math.inf, bound)
+        top = max((abs(v) for v in coefs.values()), default=0.0) or 1.0
+        rows.add({k: v / top for k, v in coefs.items()}, -math.inf, bound / top)
     result = milp(c, constraints=LinearConstraint(rows.matrix(), rows.lo, rows.hi),
                   integrality=np.ones(len(var)), bounds=Bounds(np.zeros(len(var)), upper))
     if result.x is None:
