@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from conftest import ROOT
-from tbs.predictions.reference import fit_table, measured, reference_table
+from tbs.predictions.reference import MIN_SOURCE_ROWS, fit_table, fitted_model, measured, reference_table
 from tbs.predictions.work import CONV
 from tbs.profiles.profile import load_profile
 
@@ -53,4 +53,6 @@ def test_the_image_classifiers_are_scored_but_never_fitted_on_and_a_thin_source_
     shifted.loc[shifted["model"] == "resnet50", "measured_s"] *= 100.0  # what a fit on the check would follow
     shifted.loc[shifted["model"] == "resnet50", "check_only"] = True
     assert fit_table(shifted).constants() == fit_table(grown[grown["model"] != "resnet50"]).constants()
-    assert "tbs" not in fit_table(table).source_log_scale  # today's few rows: scored, not fitted on
+    # Today's few rows: scored, not fitted on, in what tbs predict ships (fitted.json: the fit of these files,
+    # test_gpu_model pins its digest; fitting the whole table again here took 10 s).
+    assert (~own["check_only"]).sum() < MIN_SOURCE_ROWS and "tbs" not in fitted_model().source_log_scale
