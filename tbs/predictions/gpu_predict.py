@@ -34,7 +34,7 @@ METHOD = "GPU model (published measurements)"
 # String layers have no GPU kernels in TensorFlow: on a GPU machine they still run on its CPU.
 # A layer whose outputs are its inputs in the mode profiled (Dropout, random augmentation in inference) is a view a
 # compiled model drops: 0 s on any device, so a placement never keeps it on the host between two GPU layers.
-IDENTITY_METHOD = "identity: its outputs are its inputs in this mode, which a compiled model drops (0 s)"
+IDENTITY_METHOD = "identity in this mode (a compiled model drops it: 0 s)"
 HOST_ONLY_TYPES = ("TextVectorization", "StringLookup")
 UNVALIDATED_WIDENING = 2.0  # a kind the reference data has no rows of: its band is widened this much each way
 PRECISION_OF = {"float32": "fp32", "tf32": "tf32", "bfloat16": "fp16", "float16": "fp16"}
