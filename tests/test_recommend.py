@@ -16,13 +16,13 @@ SECONDS = {("pre", "cpu:0"): 1.0, ("pre", "gpu:0"): 1.2, ("conv", "cpu:0"): 10.0
            ("pool", "cpu:0"): 0.5, ("pool", "gpu:0"): 0.6, ("dense", "cpu:0"): 4.0, ("dense", "gpu:0"): 0.5}
 
 
-def fake_profile(tmp_path, transfer_alpha=0.3, prices=None, backend=None, dispatch_s=None):
+def fake_profile(tmp_path, transfer_alpha=0.3, prices=None, backend=None, dispatch_s=None, ci=0.0):
     rows = []
     for (layer, device), seconds in SECONDS.items():
         rows.append({"layer": layer, "layer_type": "X", "category": "other", "device": device,
                      "device_kind": device.split(":")[0], "batch_size": 8, "mode": "inference", "status": "ok",
-                     "n": 10, "median_s": seconds, "p25_s": seconds, "p75_s": seconds, "ci_low_s": seconds,
-                     "ci_high_s": seconds, "per_sample_s": seconds / 8, "usd_per_hour": None,
+                     "n": 10, "median_s": seconds, "p25_s": seconds, "p75_s": seconds, "ci_low_s": seconds * (1 - ci),
+                     "ci_high_s": seconds * (1 + ci), "per_sample_s": seconds / 8, "usd_per_hour": None,
                      "cost_per_sample_usd": None})
     edges = [{"src": "/input/x", "dst": "pre", "bytes": 1000, "shape": [8, 10], "dtype": "float32"}]
     edges += [{"src": a, "dst": b, "bytes": 1000, "shape": [8, 10], "dtype": "float32"} for a, b in zip(LAYERS, LAYERS[1:])]
@@ -241,3 +241,26 @@ def test_relax_the_cap_is_said_only_when_a_cap_was_given(tmp_path):
     profile = fake_profile(tmp_path, prices={"cpu": 1.0, "gpu": 3.0})
     capped = CliRunner().invoke(cli, ["recommend", str(profile.directory), "--max-latency", "0.001"])
     assert capped.exit_code == 2 and "relax --max-latency or --budget" in capped.stderr
+
+
+@pytest.mark.parametrize("ci, beyond", [(0.05, True), (0.2, False)])
+def test_a_saving_is_said_to_be_noise_when_the_moved_layers_intervals_cover_it(tmp_path, ci, beyond):
+    """All on gpu:0 is 3.9 s, the placement (pre on cpu:0) 3.7 s: 5.1%. pre's 95% intervals at their far ends
+    (1.0 s up, 1.2 s down by ci each) leave (0.2 - 2.2 ci) / 3.9: 2.3% at ci 5%, -6.2% at 20%: noise."""
+    from tbs.report import console
+    from tbs.report.vocabulary import saving_line
+
+    from tbs.place.result import saving
+
+    profile = fake_profile(tmp_path, ci=ci)
+    rec = recommend(profile, objective="time")
+    gain = saving(rec)
+    assert gain["best_single_device"] == "all on gpu:0" and gain["saving_fraction"] == pytest.approx(0.2 / 3.9)
+    assert gain["saving_fraction_at_far_ends"] == pytest.approx((0.2 - 2.2 * ci) / 3.9)
+    line = saving_line(rec)
+    assert ("within the measurements' noise" in line) is not beyond and ("at least 2.3%" in line) is beyond
+    assert line in console.recommendation_text(rec)
+    from tbs.report.html import section_placement
+    from tbs.report.page import ReportData, esc
+
+    assert esc(line) in section_placement(ReportData(profile, None, rec, None))

@@ -54,6 +54,8 @@ class PlacementData:
     dispatch_seconds: dict[str, float] = field(default_factory=dict)
     call_per_segment: bool = False  # a split is one call per run of layers on one device (JAX), else one call
     dispatch_note: str = ""  # what dispatch the placement prices, and where it is unknown: printed
+    # Each measured (layer, device)'s median 95% confidence interval (seconds): how far a saving could be noise.
+    intervals: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
 
     def program_starts(self, placement: dict[str, str]) -> list[str]:
         """The layers that start a program call: the first, and, where a split is a call per run of layers on one
@@ -95,18 +97,23 @@ class PlacementData:
 
 
 def _times(rows: pd.DataFrame, layers: list[str], devices: list[str], predicted: set[str]
-           ) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], str]]:
-    """Each (layer, device)'s time at the batch, and why the ones without a usable time have none."""
+           ) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], str], dict[tuple[str, str], tuple]]:
+    """Each (layer, device)'s time at the batch, why the ones without a usable time have none, and each measured
+    time's confidence interval (a predicted one has a band instead: ``band_dependence``)."""
     seconds = {(l, d): INFEASIBLE for l in layers for d in devices}
     why_not = {(l, d): "not predicted" if d in predicted else "not measured" for l in layers for d in devices}
+    intervals = {}
     for r, timed in zip(rows.itertuples(index=False), usable(rows)):
         if timed:
             seconds[(r.layer, r.device)] = float(r.median_s)
             why_not.pop((r.layer, r.device), None)
+            low, high = (float(getattr(r, c, math.nan)) for c in ("ci_low_s", "ci_high_s"))
+            if r.device not in predicted and low <= float(r.median_s) <= high:  # NaN: no interval
+                intervals[(r.layer, r.device)] = (low, high)
         else:
             reason = r.reason if isinstance(r.reason, str) and r.reason else "no time"
             why_not[(r.layer, r.device)] = reason if r.status in MEASURED else f"{r.status}: {reason}"
-    return seconds, why_not
+    return seconds, why_not, intervals
 
 
 def gather(profile: Profile, batch_size: int | None) -> PlacementData:
@@ -125,7 +132,7 @@ def gather(profile: Profile, batch_size: int | None) -> PlacementData:
     rows = summary[summary["batch_size"] == batch]
     devices = sorted(rows["device"].unique())
     predicted = set(profile.meta.predicted_devices)
-    seconds, why_not = _times(rows, layers, devices, predicted)
+    seconds, why_not, intervals = _times(rows, layers, devices, predicted)
     kinds = dict(zip(rows["device"], rows["device_kind"]))
     prices = profile.meta.prices_usd_per_hour
     usd = {d: (float(p) if is_number(p) else None) for d, p in
@@ -146,7 +153,7 @@ def gather(profile: Profile, batch_size: int | None) -> PlacementData:
                 why_not[(l, d)] = "its weights and activations do not fit in the device's memory"
     dispatch, call_per_segment, note = _dispatch(profile, batch, devices, host, predicted)
     return PlacementData(batch, layers, devices, host, seconds, usd, tensors, fits, profile.mode, memory, why_not,
-                         batch_note, dispatch, call_per_segment, note)
+                         batch_note, dispatch, call_per_segment, note, intervals)
 
 
 def _timed_fits(profile: Profile, fits: dict[str, TransferFit]) -> dict[str, TransferFit]:

@@ -144,7 +144,35 @@ def saving(rec: Recommendation) -> dict[str, Any]:
     out = {"best_single_device": best.name, "saving_fraction": (theirs - ours) / theirs if theirs else 0.0}
     if rec.chosen.usd_per_batch is not None and best.usd_per_batch is not None:
         out["saving_usd_per_1m_samples"] = (best.usd_per_batch - rec.chosen.usd_per_batch) / rec.data.batch_size * 1e6
+    worst = _saving_at_far_ends(rec, best, ours, theirs)
+    if worst is not None:
+        out["saving_fraction_at_far_ends"] = worst
     return out
+
+
+def _saving_at_far_ends(rec: Recommendation, best: Evaluation, ours: float, theirs: float) -> float | None:
+    """The saving with each layer the two placements put on different devices at its unfavourable confidence
+    limit (slower where the recommendation puts it, faster on the single device): at or under 0, the saving may
+    be noise. None where a moved layer has no measured interval (a predicted device: its band is judged apart)."""
+    inp = rec.data
+    if not theirs or (rec.objective == "cost" and rec.billing != "metered"):
+        return None
+
+    def weight(device: str) -> float | None:  # seconds, or USD a second on that device
+        return 1.0 if rec.objective == "time" else usd_per_batch(1.0, inp.usd_per_hour.get(device))
+
+    ours_up = theirs_down = 0.0
+    for layer in inp.layers:
+        mine, single = rec.chosen.placement[layer], best.placement[layer]
+        if mine == single:
+            continue
+        a, b = inp.intervals.get((layer, mine)), inp.intervals.get((layer, single))
+        wa, wb = weight(mine), weight(single)
+        if a is None or b is None or wa is None or wb is None:
+            return None
+        ours_up += (a[1] - inp.seconds[(layer, mine)]) * wa
+        theirs_down += (inp.seconds[(layer, single)] - b[0]) * wb
+    return ((theirs - theirs_down) - (ours + ours_up)) / theirs
 
 
 def comparison(rec: Recommendation) -> list[dict[str, Any]]:

@@ -7,13 +7,13 @@ import pandas as pd
 from tbs.report.groups import DEFAULT_TOP, fold, grouped, layer_groups, measured_table, rank
 from tbs.report.winners import winner
 from tbs.profiles.profile import Profile, with_layer_sums
-from tbs.place.result import Recommendation, saving
+from tbs.place.result import Recommendation
 from tbs.place.verify import Verification
 from tbs.schema import MEASURED, NOT_MEASURED, Status
 from tbs.units import PER_MILLION, format_seconds, format_usd, is_number
 from tbs.predictions.whole import band_percent
 from tbs.report.vocabulary import (INACTIVE_MARK, NOT_IN_STEP_MARK, NOT_IN_STEP_MEANING, capacity_line,
-                                   comparison_table, inactive_layers, inactive_meaning, not_in_step)
+                                   comparison_table, inactive_layers, inactive_meaning, not_in_step, saving_line)
 
 
 
@@ -295,16 +295,12 @@ def recommendation_text(rec: Recommendation) -> str:
     dispatch = layers.pop("dispatch_seconds_per_sample")
     if (dispatch > 0).any():  # the layers that start a program call
         layers["dispatch"] = dispatch.map(lambda s: format_seconds(s) if s > 0 else "")
-    gain = saving(rec)
     mode = f"; {rec.mode_note}" if rec.mode == "training" else ""
     lines = [f"Placement for batch {batch}: minimise {rec.objective} ({rec.billing} billing), {rec.method}; "
              f"times predicted from the profile{mode}",
              layers.to_string(index=False), "", pd.DataFrame(comparison_table(rec)).to_string(index=False)]
-    if gain:
-        text = f"Saving against the best single device ({gain['best_single_device']}): {gain['saving_fraction']:.1%}"
-        if "saving_usd_per_1m_samples" in gain:
-            text += f", {format_usd(gain['saving_usd_per_1m_samples'])} per 1M samples"
-        lines += ["", text]
+    if saving_line(rec):
+        lines += ["", saving_line(rec)]
     if rec.frontier:
         lines += ["", "Cost-latency frontier (per sample): " + "; ".join(
             f"{format_seconds(e.per_sample(batch)['seconds_per_sample'])} at "

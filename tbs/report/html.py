@@ -23,7 +23,7 @@ from tbs.report.predicted import section_predicted
 from tbs.report.records import section_cells, section_environment, section_not_measured
 from tbs.report.winners import crossovers, winner, winners
 from tbs.report.vocabulary import (INACTIVE_MARK, NOT_IN_STEP_MARK, NOT_IN_STEP_MEANING, comparison_table,
-                                   inactive_layers, not_in_step, training_command)
+                                   inactive_layers, not_in_step, saving_line, training_command)
 from tbs.report.figures import batch_axis, heatmap_figure, layer_stack, scaling_figure, spread_figure
 from tbs.report.groups import DEFAULT_TOP
 from tbs.report.layers_view import section_layer_table, section_where as where_figures
@@ -255,7 +255,9 @@ def section_placement(data: ReportData) -> str:
             + (f'<p class="inactive">{_esc(rec.predicted_note)}</p>' if rec.predicted_note else "")
             + "".join(f'<p class="inactive">{_esc(note)}</p>' for note in (rec.data.batch_note, rec.data.dispatch_note)
                       if note)
-            + f"{_table(pd.DataFrame(totals))}{_table(rows)}"
+            + f"{_table(pd.DataFrame(totals))}"
+            + (f"<p>{_esc(saving_line(rec))}.</p>" if saving_line(rec) else "")
+            + f"{_table(rows)}"
             + (f"<p>Layers resting on a prediction (solved again with every predicted time at its 90% band's low "
                f"and high end):</p>{_table(pd.DataFrame(rec.prediction_dependence))}"
                if rec.prediction_dependence else "")

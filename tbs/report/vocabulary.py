@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from tbs.place.result import Recommendation, comparison
+from tbs.place.result import Recommendation, comparison, saving
 from tbs.profiles.profile import Profile
 from tbs.units import format_bytes, format_seconds, format_usd, is_number
 
@@ -73,3 +73,21 @@ def comparison_table(rec: Recommendation) -> list[dict[str, str]]:
     return [{"placement": row["name"], "time / sample": format_seconds(row["seconds_per_sample"]),
              "cost / 1M samples": "no price" if row["usd_per_1m_samples"] is None else format_usd(row["usd_per_1m_samples"])}
             for row in comparison(rec)]
+
+
+def saving_line(rec: Recommendation) -> str:
+    """The recommendation against the best single device, and whether the measurements can tell them apart."""
+    gain = saving(rec)
+    if not gain:
+        return ""
+    text = f"Saving against the best single device ({gain['best_single_device']}): {gain['saving_fraction']:.1%}"
+    if "saving_usd_per_1m_samples" in gain:
+        text += f", {format_usd(gain['saving_usd_per_1m_samples'])} per 1M samples"
+    worst = gain.get("saving_fraction_at_far_ends")
+    if worst is None or gain["saving_fraction"] <= 0:
+        return text
+    if worst <= 0:
+        return (f"{text}; within the measurements' noise: with each layer placed differently at the far end of its "
+                f"95% confidence interval the saving is {worst:.1%}, so {gain['best_single_device']} is as "
+                f"good as far as this profile can tell")
+    return f"{text}; at least {worst:.1%} with each layer placed differently at the far end of its 95% interval"
