@@ -299,8 +299,9 @@ def recommendation_text(rec: Recommendation) -> str:
     lines = [f"Placement for batch {batch}: minimise {rec.objective} ({rec.billing} billing), {rec.method}; "
              f"times predicted from the profile{mode}",
              layers.to_string(index=False), "", pd.DataFrame(comparison_table(rec)).to_string(index=False)]
-    if saving_line(rec):
-        lines += ["", saving_line(rec)]
+    gain = saving_line(rec)
+    if gain:
+        lines += ["", gain]
     if rec.frontier:
         lines += ["", "Cost-latency frontier (per sample): " + "; ".join(
             f"{format_seconds(e.per_sample(batch)['seconds_per_sample'])} at "

@@ -249,6 +249,7 @@ def section_placement(data: ReportData) -> str:
         fig.update_layout(title=f"Cost–latency frontier at batch {batch}",
                           xaxis=dict(title="seconds per sample"), yaxis=dict(title="USD per 1M samples"))
     mode = f" In {_esc(rec.mode_note)}." if rec.mode == "training" else ""
+    gain = saving_line(rec)
     return (f"{head}<p>Batch {batch}, minimising {objective} ({_esc(rec.billing)} billing), {_esc(rec.method)}; "
             f"transfers between devices included.{mode} Predicted from the profile: check it with "
             f"<code>tbs recommend {_esc(data.profile.directory)} --verify</code>.</p>"
@@ -256,7 +257,7 @@ def section_placement(data: ReportData) -> str:
             + "".join(f'<p class="inactive">{_esc(note)}</p>' for note in (rec.data.batch_note, rec.data.dispatch_note)
                       if note)
             + f"{_table(pd.DataFrame(totals))}"
-            + (f"<p>{_esc(saving_line(rec))}.</p>" if saving_line(rec) else "")
+            + (f"<p>{_esc(gain)}.</p>" if gain else "")
             + f"{_table(rows)}"
             + (f"<p>Layers resting on a prediction (solved again with every predicted time at its 90% band's low "
                f"and high end):</p>{_table(pd.DataFrame(rec.prediction_dependence))}"
