@@ -214,7 +214,9 @@ def main() -> None:
         "The measured profile's devices (its host CPU and the GPU), against the same profile with the GPU's rows "
         f"left out and `{args.catalog_device}` predicted from "
         "the host CPU's rows (`--include-predicted`), at the same prices. The times are each placement's own "
-        "(measured rows against predicted rows).", "",
+        "(measured rows against predicted rows). A predicted GPU's host copies are assumed as tbs timed them on "
+        "this same H200 machine (`tbs/place/predicted.py`: the median over its profiles), so the copies agree by "
+        "construction and a placement that differs differs by its layers' predictions.", "",
         markdown(placements(args.gpu_profiles, args.catalog_device).fillna("")), ""])
     args.out.write_text(text)
     print(args.out.read_text())

@@ -22,6 +22,7 @@ import tbs
 from tbs.cli import cli
 from tbs.errors import TbsError
 from tbs.measure.capacity import search
+from tbs.measure.transfers import TransferFit
 from tbs.predictions.catalog import load_catalog, resolve
 from test_roofline_report import make_profile
 
@@ -433,3 +434,31 @@ def test_a_layer_that_does_nothing_in_the_mode_is_predicted_at_zero_and_placed_w
     rec = tbs.recommend(p, "time", batch_size=32, include_predicted=True)
     placed = dict(zip(rec.placement["layer"], rec.placement["device"]))
     assert placed["pool"] == "t4" and placed["conv"] == "t4", placed
+
+
+def test_a_predicted_gpus_host_links_are_the_ones_tbs_timed_on_a_gpu_machine_and_a_tpus_stay_pcie():
+    """The H200 machine's copies (profiles/h200, the median per timed size over its current profiles), not PCIe's
+    25 GB/s, which read its 12 MB input batch 4.7x too fast; a predicted TPU keeps the stated PCIe assumption."""
+    import glob
+
+    import numpy as np
+
+    from conftest import ROOT
+    from tbs.place import predicted
+
+    found = {"to": [], "from": []}
+    for path in glob.glob(str(ROOT / "profiles" / "h200" / "*" / "*" / "metadata.json")):
+        if "before" not in path:
+            links = json.loads(Path(path).read_text())["transfers"]
+            for way, key in (("to", "cpu:0->gpu:0"), ("from", "gpu:0->cpu:0")):
+                if links[key].get("points"):
+                    found[way].append([s for _, s in links[key]["points"]])
+    assert len(found["to"]) >= 12
+    for way, seconds in found.items():
+        assert np.median(seconds, axis=0) == pytest.approx(predicted.GPU_LINK_SECONDS[way], rel=1e-4)
+    p = tbs.predict(cpu_only(), "t4,tpu-v5e")
+    with_links, note = predicted.with_predictions(p)
+    links = with_links.metadata["transfers"]
+    assert links["cpu:0->t4"]["points"] and 2e-3 < TransferFit.of(links["cpu:0->t4"]).seconds(12.4e6) < 3e-3
+    assert links["cpu:0->tpu-v5e"] == predicted.ASSUMED_LINK and predicted.ASSUMPTION in note
+    assert predicted.GPU_ASSUMPTION in note

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from tbs.errors import TbsError
-from tbs.measure.transfers import pair_key
+from tbs.measure.transfers import fit_line, pair_key
 from tbs.profiles.profile import Profile
 from tbs.schema import Status
 
@@ -23,6 +23,22 @@ from tbs.schema import Status
 # achieved) plus a fixed 10 µs per copy. Stated in every recommendation that uses it.
 ASSUMED_LINK = {"alpha_s": 10e-6, "beta_s_per_byte": 1.0 / 25e9}
 ASSUMPTION = "host links assumed PCIe 4.0 x16 (25 GB/s + 10 µs per copy), not measured"
+# A predicted GPU's copies as tbs timed them on the GPU machine it did run (an H200 host, JAX): per timed size, the
+# median over its 12 current inference and training profiles (profiles/h200; tests/test_predict.py recomputes it).
+# A framework copies from and into pageable host memory: 5.0 GB/s to the GPU and 1.4 GB/s back from 4 to 32 MB, where
+# PCIe's 25 GB/s read 5-13x too fast and moved predicted placements' activations across it too readily.
+SIZES_BYTES = (4096.0, 262144.0, 4194304.0, 33554432.0)
+GPU_LINK_SECONDS = {"to": (2.1379e-4, 2.4481e-4, 9.689e-4, 6.79256e-3),
+                    "from": (4.82935e-5, 5.734e-5, 4.42012e-4, 2.1776366e-2)}
+GPU_ASSUMPTION = ("host links to a predicted GPU assumed as tbs timed an H200 machine's (JAX, pageable host memory: "
+                  "about 5 GB/s to the GPU, 1.4 GB/s back), not measured on it")
+
+
+def assumed_link(kind: str, to_device: bool) -> dict:
+    """The copy a predicted device of ``kind`` is assumed to have with its host, one direction."""
+    if kind != "gpu":
+        return dict(ASSUMED_LINK)
+    return fit_line(list(SIZES_BYTES), list(GPU_LINK_SECONDS["to" if to_device else "from"])).as_dict()
 
 
 def predicted_devices(profile: Profile) -> list[str]:
@@ -65,14 +81,16 @@ def with_predictions(profile: Profile, time_column: str = "median_s") -> tuple[P
     host = profile.meta.host_device or next(
         (d for d, k in zip(profile.summary["device"], profile.summary["device_kind"]) if k == "cpu"), None)
     transfers = dict(profile.meta.transfers)
+    kinds = dict(zip(layers["device"], layers["device_kind"])) if "device_kind" in layers else {}
     if host is not None:
         metadata["host_device"] = host
         for name in names:
-            transfers[pair_key(host, name)] = dict(ASSUMED_LINK)
-            transfers[pair_key(name, host)] = dict(ASSUMED_LINK)
+            transfers[pair_key(host, name)] = assumed_link(kinds.get(name, ""), to_device=True)
+            transfers[pair_key(name, host)] = assumed_link(kinds.get(name, ""), to_device=False)
     metadata["transfers"] = transfers
     metadata["predicted_devices"] = names  # priced by their own id only, never by a measured kind's price
-    note = f"includes predicted devices ({', '.join(names)}: predicted, not measured); {ASSUMPTION}"
+    said = sorted({GPU_ASSUMPTION if kinds.get(name) == "gpu" else ASSUMPTION for name in names})
+    note = f"includes predicted devices ({', '.join(names)}: predicted, not measured); {'; '.join(said)}"
     return replace(profile, summary=summary, metadata=metadata), note
 
 
