@@ -89,10 +89,10 @@ def gpu_rows(profile: Profile, target: CatalogDevice, source_device: str, model:
     layers = {layer.name: layer for layer in profile.layers}
     training = profile.mode == "training"
     precision = precision_of(target, dtype)
-    out = []
+    out, seen = [], {}
     for _, row in rows.iterrows():
         out.append(_layer_row(row, layers.get(str(row["layer"])), profile.backend, training, spec, precision,
-                              model, dict(base, predicted_from=source_device)))
+                              model, dict(base, predicted_from=source_device), seen))
     summed = _model_rows(out, rows, base)
     return out + [_fused_row(profile, source_device, row, out, spec, precision, model) for row in summed]
 
@@ -232,8 +232,17 @@ def _output_bytes(layer: LayerRecord | None, batch: int) -> float:
     return _captured_bytes(layer, batch, outputs_only=True)
 
 
+def _priced(work: Work, precision: str, spec: GpuSpec, model: GpuModel, seen: dict[Work, tuple]) -> tuple:
+    """The work's predicted seconds and its band (low and high multipliers, note). A model's repeated blocks ask
+    for the same work many times (ResNet50's 176 layers at two batches), so each is priced once per device."""
+    if work not in seen:
+        frame = frame_of([work], [precision], [spec])
+        seen[work] = (float(predict_frame(frame, model)[0]), *_band(model, work, frame))
+    return seen[work]
+
+
 def _layer_row(row: pd.Series, layer: LayerRecord | None, backend: str, training: bool, spec: GpuSpec,
-               precision: str, model: GpuModel, base: dict[str, Any]) -> dict[str, Any]:
+               precision: str, model: GpuModel, base: dict[str, Any], seen: dict[Work, tuple]) -> dict[str, Any]:
     ident = dict(base, target="layer", layer=row["layer"], layer_type=row.get("layer_type", ""),
                  category=row.get("category", ""), batch_size=int(row["batch_size"]), mode=row["mode"],
                  flops=row["flops"], bytes_accessed=row["bytes_accessed"])
@@ -247,9 +256,7 @@ def _layer_row(row: pd.Series, layer: LayerRecord | None, backend: str, training
     work = layer_work(layer, str(row.get("category", "")), flops, moved, int(row["batch_size"]), backend, training)
     if work is None:
         return dict(ident, reason="not predicted: no compiler FLOPs/bytes for this cell on the measured device")
-    frame = frame_of([work], [precision], [spec])
-    seconds = float(predict_frame(frame, model)[0])
-    low, high, note = _band(model, work, frame)
+    seconds, low, high, note = _priced(work, precision, spec, model, seen)
     peak = spec.peak(precision) or spec.peak("fp32")
     return dict(ident, method=f"{METHOD}: {work.describe()}, {precision if work.kind != MEMORY else 'memory-bound'}"
                               f"{note}", median_s=seconds, low_s=seconds * low, high_s=seconds * high,
