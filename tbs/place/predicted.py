@@ -3,8 +3,9 @@
 A predicted cell is a roofline scaling, not a measurement, so by default ``recommend``
 ignores ``profile.predictions`` and says so. With ``include_predicted`` the predicted layer
 times join the measured ones as candidates, and each predicted device is linked to the
-profile's host device by an assumed PCIe-class link (no copy to it was ever timed); the
-recommendation names the predicted devices and the assumption.
+profile's host device by an assumed link (no copy to it was ever timed: a GPU's as tbs timed a real
+GPU machine's, any other a PCIe-class one); the recommendation names the predicted devices and the
+assumption.
 """
 
 from __future__ import annotations
