@@ -430,7 +430,7 @@ def test_a_layer_that_does_nothing_in_the_mode_is_predicted_at_zero_and_placed_w
     rows = p.predictions.set_index(["target", "layer", "batch_size"])
     pool = rows.loc[("layer", "pool", 32)]
     assert pool["median_s"] == pool["low_s"] == pool["high_s"] == 0.0 and pool["method"] == IDENTITY_METHOD
-    assert pd.notna(rows.loc[("layer", "conv", 32), "median_s"]) and rows.loc[("layer", "conv", 32), "median_s"] > 0
+    assert rows.loc[("layer", "conv", 32), "median_s"] > 0  # NaN compares false: a real prediction
     rec = tbs.recommend(p, "time", batch_size=32, include_predicted=True)
     placed = dict(zip(rec.placement["layer"], rec.placement["device"]))
     assert placed["pool"] == "t4" and placed["conv"] == "t4", placed

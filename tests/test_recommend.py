@@ -247,10 +247,11 @@ def test_relax_the_cap_is_said_only_when_a_cap_was_given(tmp_path):
 def test_a_saving_is_said_to_be_noise_when_the_moved_layers_intervals_cover_it(tmp_path, ci, beyond):
     """All on gpu:0 is 3.9 s, the placement (pre on cpu:0) 3.7 s: 5.1%. pre's 95% intervals at their far ends
     (1.0 s up, 1.2 s down by ci each) leave (0.2 - 2.2 ci) / 3.9: 2.3% at ci 5%, -6.2% at 20%: noise."""
-    from tbs.report import console
-    from tbs.report.vocabulary import saving_line
-
     from tbs.place.result import saving
+    from tbs.report import console
+    from tbs.report.html import section_placement
+    from tbs.report.page import ReportData, esc
+    from tbs.report.vocabulary import saving_line
 
     profile = fake_profile(tmp_path, ci=ci)
     rec = recommend(profile, objective="time")
@@ -260,7 +261,4 @@ def test_a_saving_is_said_to_be_noise_when_the_moved_layers_intervals_cover_it(t
     line = saving_line(rec)
     assert ("within the measurements' noise" in line) is not beyond and ("at least 2.3%" in line) is beyond
     assert line in console.recommendation_text(rec)
-    from tbs.report.html import section_placement
-    from tbs.report.page import ReportData, esc
-
     assert esc(line) in section_placement(ReportData(profile, None, rec, None))
